@@ -1,0 +1,144 @@
+"""Command line: ``engram-eval run|verify|score|export``.
+
+Only this module configures logging and process-wide settings (offline mode for the
+Hugging Face libraries, torch threads); the library never does so at import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from engram_eval.errors import EngramEvalError
+
+
+def _offline() -> None:
+    # No model or dataset is ever downloaded at run time.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from engram_eval.config import add_arguments
+
+    parser = argparse.ArgumentParser(prog="engram-eval", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="rank every selected question and score it")
+    r.add_argument("dataset", help="LongMemEval (.json/.json.gz) or LoCoMo file")
+    r.add_argument("--output", required=True, help="result JSONL (must not exist unless --resume)")
+    r.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run after verifying its provenance")
+    r.add_argument("--config", help="YAML file of config fields (never auto-loaded)")
+    add_arguments(r)
+
+    v = sub.add_parser("verify", help="recompute and re-check a published result")
+    v.add_argument("result")
+    v.add_argument("--dataset", help="dataset file to re-hash and re-derive gold from")
+
+    s = sub.add_parser("score", help="score any system's rankings on identical definitions")
+    s.add_argument("rankings", help="JSONL of {question_id, ranked_session_ids}")
+    s.add_argument("--dataset", required=True)
+    s.add_argument("--protocol", action="append", dest="protocols")
+    s.add_argument("--strict", action="store_true", help="error if a question has no ranking")
+    s.add_argument("--output", help="write the summary JSON here (must not exist)")
+
+    e = sub.add_parser("export", help="export rankings without conversation text")
+    e.add_argument("result")
+    e.add_argument("--public", help="write ids + scores JSONL here (must not exist)")
+    e.add_argument("--official-log", help="write a LongMemEval reference-layout log here")
+    e.add_argument("--dataset", help="needed for --official-log")
+    return parser
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from engram_eval.config import config_from_args
+    from engram_eval.runner import format_summary, run
+
+    config = config_from_args(args)
+    if config.threads:
+        import torch
+
+        torch.set_num_threads(config.threads)
+    out = run(config, args.dataset, args.output, resume=args.resume,
+              echo=lambda m: print(m, file=sys.stderr), command=sys.argv)
+    print(f"wrote {out.n_written} row(s); {out.n_total} in {out.output}")
+    print(f"fingerprint {out.fingerprint}")
+    print(f"dataset {out.summary['dataset']} sha256 {out.summary['dataset_sha256']}")
+    print(format_summary(out.summary))
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from engram_eval.audit import verify
+    from engram_eval.provenance import summary_path
+    from engram_eval.runner import format_summary, read_json
+
+    rep = verify(args.result, args.dataset)
+    sp = summary_path(args.result)
+    if rep.ok and sp.exists():
+        summ = read_json(sp)
+        print(f"fingerprint {summ['fingerprint']}")
+        print(format_summary(summ))
+    print(rep.format())
+    print("VERIFIED" if rep.ok else "NOT VERIFIED")
+    return 0 if rep.ok else 1
+
+
+def _cmd_score(args: argparse.Namespace) -> int:
+    from engram_eval.audit import score_rankings, side_by_side, write_json_new
+    from engram_eval.runner import TABLE_METRICS, format_summary
+
+    summary, counts = score_rankings(args.rankings, args.dataset, args.protocols,
+                                     strict=args.strict)
+    print(", ".join(f"{k}={v}" for k, v in counts.items()))
+    print(side_by_side(summary, TABLE_METRICS))
+    print()
+    print(format_summary(summary))
+    if args.output:
+        write_json_new(args.output, {"counts": counts, **summary})
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from engram_eval.audit import export_official_log, export_public
+
+    if not args.public and not args.official_log:
+        raise EngramEvalError("export: give --public PATH and/or --official-log PATH")
+    if args.public:
+        print(f"wrote {export_public(args.result, args.public)} rows to {args.public}")
+    if args.official_log:
+        if not args.dataset:
+            raise EngramEvalError("export --official-log needs --dataset")
+        n = export_official_log(args.result, args.official_log, args.dataset)
+        print(f"wrote {n} rows to {args.official_log}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    _offline()
+    handlers = {"run": _cmd_run, "verify": _cmd_verify, "score": _cmd_score,
+                "export": _cmd_export}
+    try:
+        return handlers[args.command](args)
+    except (EngramEvalError, FileNotFoundError, FileExistsError, PermissionError) as e:
+        msg = str(e).strip()
+        print(f"engram-eval {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"engram-eval {args.command}: interrupted; rows written so far are kept "
+              "(continue with --resume)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

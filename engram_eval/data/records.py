@@ -1,0 +1,79 @@
+"""Typed, frozen records for questions, sessions and turns.
+
+Every loader returns these records; nothing downstream reads raw JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One utterance of a session.
+
+    ``index`` is the turn's position in its session (0-based, as in the file).
+    ``has_answer`` is the dataset's evidence flag (False when the file omits it).
+    ``turn_id`` is a dataset-specific id (LoCoMo ``dia_id``), empty when absent.
+    """
+
+    role: str
+    content: str
+    index: int
+    has_answer: bool = False
+    turn_id: str = ""
+
+
+@dataclass(frozen=True)
+class Session:
+    """A past conversation session: its id, date string (as in the file) and turns."""
+
+    session_id: str
+    date: str
+    turns: tuple[Turn, ...]
+
+    def text(self, role: str | None = None, sep: str = "\n") -> str:
+        """Concatenated content of the turns with ``role`` (all turns when None)."""
+        return sep.join(t.content for t in self.turns if role is None or t.role == role)
+
+    @property
+    def user_text(self) -> str:
+        return self.text("user")
+
+    @property
+    def assistant_text(self) -> str:
+        return self.text("assistant")
+
+
+@dataclass(frozen=True)
+class Question:
+    """A retrieval question with its own haystack (one corpus per question).
+
+    ``sessions`` holds each distinct session once, in first-seen haystack order; repeated
+    identical session ids in the file are collapsed by the loader and counted in its report.
+    ``answer_session_ids`` is the dataset's gold list, unchanged. ``extra`` carries
+    dataset-specific fields (e.g. LoCoMo category, evidence ids) as sorted key/value pairs.
+    """
+
+    question_id: str
+    question_type: str
+    question: str
+    answer: str
+    question_date: str
+    sessions: tuple[Session, ...]
+    answer_session_ids: tuple[str, ...]
+    extra: tuple[tuple[str, object], ...] = field(default=())
+
+    @property
+    def is_abstention(self) -> bool:
+        return self.question_id.endswith("_abs")
+
+    @property
+    def session_ids(self) -> tuple[str, ...]:
+        return tuple(s.session_id for s in self.sessions)
+
+    def get_extra(self, key: str, default: object = None) -> object:
+        for k, v in self.extra:
+            if k == key:
+                return v
+        return default

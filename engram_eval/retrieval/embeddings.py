@@ -1,0 +1,207 @@
+"""Embedding backends behind one interface, plus caching.
+
+Backends (``--embedding-backend``): ``sentence_transformers`` (default) and
+``flag_embedding`` (FlagEmbedding's ``FlagModel`` for BGE models). Both return L2-normalised
+float32 vectors. Precision ``bf16`` runs the forward pass under CPU bfloat16 autocast;
+``fp32`` runs it in float32. Heavy libraries are imported on first use.
+
+:class:`CachedEncoder` encodes each distinct text once per process (memory) and across
+processes (the on-disk :class:`~engram_eval.cache.VectorCache`), and accounts the time
+spent inside the model so benchmarks can report inference vs everything else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any, Protocol
+
+import numpy as np
+
+from engram_eval.cache import VectorCache, content_key
+from engram_eval.models import ModelRef
+
+
+def _import(module: str, package: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"{module} is required for this backend: pip install {package}") from e
+
+
+class Embedder(Protocol):
+    ref: ModelRef
+    precision: str
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Return an (n, dim) float32 array of L2-normalised embeddings, in input order."""
+        ...
+
+
+def _normalise(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim == 1:
+        x = x[None, :]
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return np.ascontiguousarray(x / norms, dtype=np.float32)
+
+
+def _autocast(precision: str) -> Any:
+    if precision == "bf16":
+        torch = _import("torch", "torch")
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+class SentenceTransformersEmbedder:
+    """sentence-transformers ``SentenceTransformer`` loaded from a local directory."""
+
+    backend = "sentence_transformers"
+
+    def __init__(self, ref: ModelRef, precision: str = "fp32", batch_size: int = 64) -> None:
+        self.ref = ref
+        self.precision = precision
+        self.batch_size = batch_size
+        self._model: Any = None
+
+    def load(self) -> Any:
+        if self._model is None:
+            st = _import("sentence_transformers", "sentence-transformers")
+            self._model = st.SentenceTransformer(self.ref.path, device="cpu",
+                                                 local_files_only=True)
+        return self._model
+
+    @property
+    def max_seq_length(self) -> int:
+        return int(self.load().max_seq_length)
+
+    def tokenizer(self) -> Any:
+        return self.load().tokenizer
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        model = self.load()
+        if not texts:
+            return np.zeros((0, model.get_sentence_embedding_dimension()), dtype=np.float32)
+        torch = _import("torch", "torch")
+        with torch.inference_mode(), _autocast(self.precision):
+            out = model.encode(list(texts), batch_size=self.batch_size, convert_to_tensor=True,
+                               show_progress_bar=False, normalize_embeddings=False)
+        return _normalise(out.float().cpu().numpy())
+
+
+def pooling_method(model_dir: str) -> str:
+    """The pooling a sentence-transformers model directory declares (``1_Pooling``), as
+    FlagEmbedding names it: ``mean`` or ``cls``. BGE models (no pooling file) use ``cls``."""
+    import json
+    from pathlib import Path
+
+    cfg = Path(model_dir) / "1_Pooling" / "config.json"
+    if cfg.is_file():
+        conf = json.loads(cfg.read_text(encoding="utf-8"))
+        if conf.get("pooling_mode_mean_tokens"):
+            return "mean"
+    return "cls"
+
+
+class FlagEmbeddingEmbedder:
+    """FlagEmbedding ``FlagModel`` (BGE embedding models) loaded from a local directory."""
+
+    backend = "flag_embedding"
+
+    def __init__(self, ref: ModelRef, precision: str = "fp32", batch_size: int = 64) -> None:
+        self.ref = ref
+        self.precision = precision
+        self.batch_size = batch_size
+        self._model: Any = None
+
+    def load(self) -> Any:
+        if self._model is None:
+            fe = _import("FlagEmbedding", "FlagEmbedding")
+            self._model = fe.FlagModel(self.ref.path, use_fp16=False, devices=["cpu"],
+                                       normalize_embeddings=True,
+                                       pooling_method=pooling_method(self.ref.path))
+        return self._model
+
+    @property
+    def max_seq_length(self) -> int:
+        return int(getattr(self.load(), "passage_max_length", 512))
+
+    def tokenizer(self) -> Any:
+        return self.load().tokenizer
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        model = self.load()
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        torch = _import("torch", "torch")
+        with torch.inference_mode(), _autocast(self.precision):
+            out = model.encode(list(texts), batch_size=self.batch_size,
+                               convert_to_numpy=True)
+        return _normalise(np.asarray(out, dtype=np.float32))
+
+
+def make_embedder(backend: str, ref: ModelRef, precision: str, batch_size: int) -> Embedder:
+    if backend == "sentence_transformers":
+        return SentenceTransformersEmbedder(ref, precision, batch_size)
+    if backend == "flag_embedding":
+        return FlagEmbeddingEmbedder(ref, precision, batch_size)
+    raise ValueError(f"unknown embedding backend {backend!r}")
+
+
+class CachedEncoder:
+    """Encode texts through an embedder, each distinct text at most once.
+
+    Lookup order: process memory, then the on-disk cache (when given), then the model.
+    Counters: ``n_model`` texts encoded by the model, ``n_disk`` found on disk,
+    ``n_memory`` found in memory; ``model_seconds`` wall time inside the model.
+    """
+
+    def __init__(self, embedder: Embedder, cache: VectorCache | None = None,
+                 backend: str = "") -> None:
+        self.embedder = embedder
+        self.cache = cache
+        self._prefix = (embedder.ref.sha256, embedder.precision, backend or "")
+        self._memory: dict[str, np.ndarray] = {}
+        self.n_model = 0
+        self.n_disk = 0
+        self.n_memory = 0
+        self.model_seconds = 0.0
+
+    def key(self, text: str) -> str:
+        return content_key(*self._prefix, text)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        keys = [self.key(t) for t in texts]
+        found: dict[str, np.ndarray] = {}
+        todo: list[str] = []
+        for k in dict.fromkeys(keys):
+            if k in self._memory:
+                found[k] = self._memory[k]
+                self.n_memory += 1
+            else:
+                todo.append(k)
+        if todo and self.cache is not None:
+            disk = self.cache.get_vectors(todo)
+            self.n_disk += len(disk)
+            found.update(disk)
+            self._memory.update(disk)
+            todo = [k for k in todo if k not in disk]
+        if todo:
+            text_of = dict(zip(keys, texts, strict=False))
+            new_texts = [text_of[k] for k in todo]
+            t0 = time.perf_counter()
+            vecs = self.embedder.encode(new_texts)
+            self.model_seconds += time.perf_counter() - t0
+            self.n_model += len(new_texts)
+            fresh = {k: vecs[i] for i, k in enumerate(todo)}
+            if self.cache is not None:
+                self.cache.put_vectors(fresh)
+            found.update(fresh)
+            self._memory.update(fresh)
+        if not keys:
+            return np.zeros((0, 0), dtype=np.float32)
+        return np.stack([found[k] for k in keys]).astype(np.float32, copy=False)

@@ -1,0 +1,143 @@
+"""Cross-encoder rerank backends and score conversion.
+
+Backends (``--reranker-backend``): ``sentence_transformers`` (``CrossEncoder``) and
+``flag_embedding`` (``FlagReranker``). Both return the model's *raw* logit per
+(query, document) pair; :func:`sigmoid` turns it into the [0, 1] score used for ranking
+and for the passage-fallback floor (shared with production search). Models load from a
+local directory only (see :mod:`engram_eval.models`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from engram_eval.cache import VectorCache, content_key
+from engram_eval.models import ModelRef
+
+
+def sigmoid(x: float) -> float:
+    """Numerically stable logistic function."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    z = math.exp(x)
+    return z / (1.0 + z)
+
+
+class CrossEncoderBackend(Protocol):
+    ref: ModelRef
+
+    def raw_scores(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        """Raw logits, one per (query, document) pair, in input order."""
+        ...
+
+
+class SentenceTransformersCrossEncoder:
+    backend = "sentence_transformers"
+
+    def __init__(self, ref: ModelRef, max_length: int = 512, batch_size: int = 16) -> None:
+        self.ref = ref
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self._model: Any = None
+
+    def load(self) -> Any:
+        if self._model is None:
+            try:
+                from sentence_transformers import CrossEncoder
+            except ImportError as e:  # pragma: no cover
+                raise ImportError("pip install sentence-transformers") from e
+            self._model = CrossEncoder(self.ref.path, max_length=self.max_length, device="cpu",
+                                       local_files_only=True)
+        return self._model
+
+    def raw_scores(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        if not pairs:
+            return []
+        import torch
+
+        model = self.load()
+        with torch.inference_mode():
+            out = model.predict([list(p) for p in pairs], batch_size=self.batch_size,
+                                activation_fn=torch.nn.Identity(), convert_to_numpy=True,
+                                show_progress_bar=False)
+        return [float(x) for x in out.reshape(len(pairs), -1)[:, 0]]
+
+
+class FlagCrossEncoder:
+    backend = "flag_embedding"
+
+    def __init__(self, ref: ModelRef, max_length: int = 512, batch_size: int = 16) -> None:
+        self.ref = ref
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self._model: Any = None
+
+    def load(self) -> Any:
+        if self._model is None:
+            try:
+                from FlagEmbedding import FlagReranker
+            except ImportError as e:  # pragma: no cover
+                raise ImportError("pip install FlagEmbedding") from e
+            self._model = FlagReranker(self.ref.path, use_fp16=False, devices=["cpu"],
+                                       max_length=self.max_length, batch_size=self.batch_size)
+        return self._model
+
+    def raw_scores(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        if not pairs:
+            return []
+        import torch
+
+        with torch.inference_mode():
+            out = self.load().compute_score([list(p) for p in pairs], normalize=False,
+                                            max_length=self.max_length,
+                                            batch_size=self.batch_size)
+        if isinstance(out, (int, float)):
+            out = [out]
+        return [float(x) for x in out]
+
+
+def make_cross_encoder(backend: str, ref: ModelRef, max_length: int) -> CrossEncoderBackend:
+    if backend == "sentence_transformers":
+        return SentenceTransformersCrossEncoder(ref, max_length)
+    if backend == "flag_embedding":
+        return FlagCrossEncoder(ref, max_length)
+    raise ValueError(f"unknown reranker backend {backend!r}")
+
+
+class CachedCrossEncoder:
+    """Raw scores cached by (model files hash, backend, max_length, query, document)."""
+
+    def __init__(self, model: CrossEncoderBackend, cache: VectorCache | None,
+                 backend: str, max_length: int) -> None:
+        self.model = model
+        self.cache = cache
+        self._prefix = (model.ref.sha256, backend, str(max_length))
+        self._memory: dict[str, float] = {}
+        self.n_model = 0
+        self.n_cached = 0
+        self.model_seconds = 0.0
+
+    def raw_scores(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        keys = [content_key(*self._prefix, q, d) for q, d in pairs]
+        found = {k: self._memory[k] for k in keys if k in self._memory}
+        todo = [k for k in dict.fromkeys(keys) if k not in found]
+        if todo and self.cache is not None:
+            disk = self.cache.get_scores(todo)
+            found.update(disk)
+            todo = [k for k in todo if k not in disk]
+        self.n_cached += len(set(keys)) - len(todo)
+        if todo:
+            pair_of = dict(zip(keys, pairs, strict=False))
+            t0 = time.perf_counter()
+            vals = self.model.raw_scores([pair_of[k] for k in todo])
+            self.model_seconds += time.perf_counter() - t0
+            self.n_model += len(todo)
+            fresh = dict(zip(todo, vals, strict=False))
+            if self.cache is not None:
+                self.cache.put_scores(fresh)
+            found.update(fresh)
+        self._memory.update(found)
+        return [found[k] for k in keys]

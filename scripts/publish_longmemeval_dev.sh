@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Re-create every published LongMemEval_S *development-split* result in results/longmemeval_s_dev/
+# and verify each one. Usage: scripts/publish_longmemeval_dev.sh DATA [CACHE_DIR]
+# DATA: longmemeval_s_cleaned.dev.json.gz (sha256 8aecf3b5...). Existing outputs are refused,
+# never overwritten: move old results away first. The cache only changes speed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA="$1"
+CACHE="${2:-$HOME/.cache/engram-eval}"
+OUT=results/longmemeval_s_dev
+RUN=(.venv/bin/python benchmarks/longmemeval/run.py "$DATA" --cache-dir "$CACHE" --no-progress)
+mkdir -p "$OUT"
+run() { name="$1"; shift; echo "== $name: $*"; "${RUN[@]}" --output "$OUT/$name.jsonl" "$@" > "$OUT/$name.log.txt"; }
+run flat_bm25            --retriever flat-bm25
+run bm25_only            --retriever bm25 --no-temporal --no-preserve-prior
+run dense_only           --retriever dense --no-temporal --no-preserve-prior
+run hybrid_no_temporal   --no-temporal --no-preserve-prior
+run hybrid_temporal_no_prior --no-preserve-prior
+run hybrid_default
+for f in "$OUT"/*.jsonl; do
+  .venv/bin/engram-eval verify "$f" --dataset "$DATA" > /dev/null && echo "verified $f"
+done
+.venv/bin/python scripts/ablation_table.py "$OUT" > "$OUT/ABLATIONS.md"

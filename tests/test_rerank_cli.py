@@ -1,0 +1,70 @@
+"""``benchmarks/longmemeval/run.py --rerank`` end to end in a subprocess, on tiny models."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "longmemeval" / "run.py"
+DATASET = ROOT / "fixtures" / "longmemeval_tiny.json"
+
+
+def offline_env(tmp: Path) -> dict[str, str]:
+    """The current environment with an empty Hugging Face home and no network access."""
+    env = dict(os.environ)
+    env.pop("HF_HUB_CACHE", None)
+    env.pop("TRANSFORMERS_CACHE", None)
+    hf_home = tmp / "hf-home"
+    hf_home.mkdir(exist_ok=True)
+    env.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    return env
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cli-cache")
+
+
+@pytest.mark.parametrize("backend", ["sentence_transformers", "flag_embedding"])
+def test_rerank_run_with_local_models(backend: str, tiny_cross_encoder: str,
+                                      tiny_embedding_model: str, shared_cache: Path,
+                                      tmp_path: Path) -> None:
+    out = tmp_path / "o.jsonl"
+    cmd = [sys.executable, str(SCRIPT), str(DATASET), "--rerank",
+           "--reranker-model", tiny_cross_encoder, "--embedding-model", tiny_embedding_model,
+           "--cache-dir", str(shared_cache), "--output", str(out),
+           "--reranker-backend", backend]
+    proc = subprocess.run(cmd, cwd=ROOT, env=offline_env(tmp_path), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 12
+    meta = json.loads(Path(str(out) + ".metadata.json").read_text())
+    roles = {m["role"]: m for m in meta["models"]}
+    assert set(roles) == {"embedding", "reranker"}
+    assert roles["reranker"]["source"] == "path"
+    assert "model.safetensors" in roles["reranker"]["files_sha256"]
+
+
+def test_rerank_default_model_missing_stops_before_output(tiny_embedding_model: str,
+                                                          tmp_path: Path) -> None:
+    out = tmp_path / "o.jsonl"
+    cmd = [sys.executable, str(SCRIPT), str(DATASET), "--rerank",
+           "--embedding-model", tiny_embedding_model,
+           "--cache-dir", str(tmp_path / "cache"), "--output", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=offline_env(tmp_path), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0
+    assert not out.exists()
+    assert not Path(str(out) + ".metadata.json").exists()
+    msg = proc.stderr + proc.stdout
+    assert "BAAI/bge-reranker-base" in msg
+    assert "--reranker-model" in msg  # how to provide it: a local directory ...
+    assert "Hugging Face cache" in msg  # ... or the HF cache
+    assert "Traceback" not in msg

@@ -1,0 +1,195 @@
+"""Neutral scoring of exported rankings, and the public / official-layout exports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engram_eval import audit, cli, runner
+from engram_eval.config import RunConfig
+from engram_eval.errors import DataError
+from engram_eval.provenance import summary_path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "fixtures" / "longmemeval_tiny.json"
+RAW = json.loads(FIXTURE.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def run_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("run") / "out.jsonl"
+    runner.run(RunConfig(retriever="flat-bm25", progress=False), FIXTURE, out,
+               echo=lambda m: None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def public(run_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("export") / "public.jsonl"
+    assert audit.export_public(run_out, path) == 12
+    return path
+
+
+def write_lines(path: Path, objs: list) -> Path:
+    path.write_text("".join((o if isinstance(o, str) else json.dumps(o)) + "\n" for o in objs))
+    return path
+
+
+def public_rows(public: Path) -> list[dict]:
+    return [json.loads(x) for x in public.read_text(encoding="utf-8").splitlines()]
+
+
+# -- score ------------------------------------------------------------------------------------
+def test_score_reproduces_the_run_summary_exactly(run_out: Path, public: Path) -> None:
+    summary, counts = audit.score_rankings(public, FIXTURE)
+    stored = json.loads(summary_path(run_out).read_text(encoding="utf-8"))
+    assert summary["protocols"] == stored["protocols"]  # exact, floats included
+    assert counts == {"questions": 12, "rankings": 12, "missing": 0,
+                      "session_ids_not_in_corpus": 0}
+    one, _ = audit.score_rankings(public, FIXTURE, ["official"])
+    assert one["protocols"] == {"official": stored["protocols"]["official"]}
+
+
+def test_score_cli_writes_summary_and_refuses_overwrite(public: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM"):
+        monkeypatch.delenv(k, raising=False)
+    out = tmp_path / "scored.json"
+    assert cli.main(["score", str(public), "--dataset", str(FIXTURE), "--output", str(out)]) == 0
+    assert "missing=0" in capsys.readouterr().out
+    before = out.read_bytes()
+    assert cli.main(["score", str(public), "--dataset", str(FIXTURE), "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"error: {out} already exists" in err
+    assert out.read_bytes() == before
+
+
+def test_missing_question_scores_as_empty_and_is_counted(public: Path, tmp_path: Path) -> None:
+    rows = public_rows(public)
+    dropped = [r for r in rows if r["question_id"] != "lme_t01"]
+    path = write_lines(tmp_path / "r.jsonl", dropped)
+    summary, counts = audit.score_rankings(path, FIXTURE)
+    assert counts["missing"] == 1 and counts["rankings"] == 11 and counts["questions"] == 12
+    full, _ = audit.score_rankings(public, FIXTURE)
+    for p in ("answerable", "official", "all"):
+        assert summary["protocols"][p]["n"] == full["protocols"][p]["n"]  # still in the mean
+    ssu = summary["protocols"]["answerable"]["by_type"]["single-session-user"]
+    assert ssu["n"] == 2 and ssu["metrics"]["recall_any@50"] == 0.5  # lme_t01 scored as 0
+    assert full["protocols"]["answerable"]["by_type"]["single-session-user"]["metrics"][
+        "recall_any@50"] == 1.0
+    with pytest.raises(DataError) as e:
+        audit.score_rankings(path, FIXTURE, strict=True)
+    assert str(path) in str(e.value) and "lme_t01" in str(e.value)
+
+
+@pytest.mark.parametrize(("mutate", "needles"), [
+    (lambda rows: rows + [{"question_id": "lme_zz", "ranked_session_ids": []}],
+     ["line 13", "question_id", "lme_zz"]),
+    (lambda rows: rows + [rows[3]], ["line 13", "question_id", "duplicate", "lme_t04"]),
+    (lambda rows: rows[:4] + ['{"question_id": "lme_t05", '] + rows[5:],
+     ["line 5", "not valid JSON"]),
+    (lambda rows: rows[:6] + [dict(rows[6], ranked_session_ids=rows[6]["ranked_session_ids"]
+                                   + rows[6]["ranked_session_ids"][:1])] + rows[7:],
+     ["line 7", "ranked_session_ids", "repeats", "lme_t07"]),
+    (lambda rows: rows[:2] + [{"question_id": "lme_t03", "ranked_session_ids": "abc"}] + rows[3:],
+     ["line 3", "ranked_session_ids"]),
+    (lambda rows: rows[:2] + [{"ranked_session_ids": []}] + rows[3:], ["line 3", "question_id"]),
+    (lambda rows: rows[:2] + ["[1, 2]"] + rows[3:], ["line 3", "JSON object"]),
+])
+def test_bad_rankings_are_rejected_naming_file_line_field(public: Path, tmp_path: Path,
+                                                          mutate, needles: list[str]) -> None:
+    path = write_lines(tmp_path / "bad.jsonl", mutate(public_rows(public)))
+    with pytest.raises(DataError) as e:
+        audit.score_rankings(path, FIXTURE)
+    msg = str(e.value)
+    assert msg.startswith(str(path))
+    for n in needles:
+        assert n in msg, msg
+
+
+def test_foreign_session_ids_are_counted(public: Path, tmp_path: Path) -> None:
+    rows = public_rows(public)
+    rows[0]["ranked_session_ids"] = ["not_a_session"] + rows[0]["ranked_session_ids"]
+    _, counts = audit.score_rankings(write_lines(tmp_path / "r.jsonl", rows), FIXTURE)
+    assert counts["session_ids_not_in_corpus"] == 1
+
+
+# -- export -----------------------------------------------------------------------------------
+def test_public_export_has_no_conversation_text(public: Path) -> None:
+    text = public.read_text(encoding="utf-8")
+    contents = {t["content"] for q in RAW for s in q["haystack_sessions"] for t in s}
+    assert len(contents) > 100
+    leaked = [c for c in contents if c in text]
+    assert not leaked, leaked[:3]
+    for q in RAW:  # nor the questions / answers
+        assert q["question"] not in text
+        assert not isinstance(q["answer"], str) or len(q["answer"]) < 4 or q["answer"] not in text
+    for r in public_rows(public):
+        assert set(r) == {"question_id", "question_type", "ranked_session_ids", "scores"}
+
+
+def test_public_export_refuses_to_overwrite(run_out: Path, public: Path) -> None:
+    before = (public.read_bytes(), public.stat().st_mtime_ns)
+    with pytest.raises(FileExistsError):
+        audit.export_public(run_out, public)
+    assert (public.read_bytes(), public.stat().st_mtime_ns) == before
+
+
+def _reference_corpus_id(sid: str, turns: list[dict]) -> str:
+    """The LongMemEval reference indexer's rule, straight from the raw file."""
+    if "answer" in sid and not any(t.get("has_answer") for t in turns if t["role"] == "user"):
+        return sid.replace("answer", "noans")
+    return sid
+
+
+def test_official_log_layout_and_noans_relabelling(run_out: Path, tmp_path: Path) -> None:
+    log = tmp_path / "official.jsonl"
+    assert audit.export_official_log(run_out, log, FIXTURE) == 12
+    entries = {e["question_id"]: e for e in map(json.loads, log.read_text().splitlines())}
+    run_rows = {r["question_id"]: r for r in map(json.loads, run_out.read_text().splitlines())}
+    assert list(entries) == [q["question_id"] for q in RAW]
+    relabelled = set()
+    for q in RAW:
+        qid = q["question_id"]
+        e = entries[qid]
+        assert e["question"] == q["question"] and e["question_date"] == q["question_date"]
+        raw = dict(zip(q["haystack_session_ids"], q["haystack_sessions"], strict=True))
+        items = e["retrieval_results"]["ranked_items"]
+        ids = [it["corpus_id"] for it in items]
+        assert [it["score"] for it in items] == run_rows[qid]["scores"]
+        assert ids == [_reference_corpus_id(s, raw[s]) for s in run_rows[qid]["ranked_session_ids"]]
+        relabelled |= {(qid, s) for s in run_rows[qid]["ranked_session_ids"] if "noans" in
+                       _reference_corpus_id(s, raw[s])}
+        # The reference scorer's gold (corpus ids containing 'answer') equals our 'official'
+        # gold wherever the haystack holds no other question's answer session.
+        ref_gold = {c for c in ids if "answer" in c}
+        foreign = {s for s in raw if "answer" in s and s not in q["answer_session_ids"]}
+        if not qid.endswith("_abs") and not foreign:
+            assert ref_gold == set(run_rows[qid]["gold"]["official"] or []), qid
+    assert relabelled == {("lme_t02", "answer_t02_1"), ("lme_t06", "answer_t06_1")}
+    ids_t06 = [i["corpus_id"] for i in entries["lme_t06"]["retrieval_results"]["ranked_items"]]
+    assert "noans_t06_1" in ids_t06 and "answer_t06_2" in ids_t06
+    with pytest.raises(FileExistsError):
+        audit.export_official_log(run_out, log, FIXTURE)
+
+
+def test_export_cli(run_out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                    monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM"):
+        monkeypatch.delenv(k, raising=False)
+    pub, log = tmp_path / "p.jsonl", tmp_path / "l.jsonl"
+    assert cli.main(["export", str(run_out), "--public", str(pub), "--official-log", str(log),
+                     "--dataset", str(FIXTURE)]) == 0
+    assert pub.is_file() and log.is_file()
+    before = pub.read_bytes()
+    assert cli.main(["export", str(run_out), "--public", str(pub)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "error:" in err
+    assert f"{pub} already exists; refusing to overwrite" in err
+    assert pub.read_bytes() == before
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["l.jsonl", "p.jsonl"]  # no temp left
+    assert cli.main(["export", str(run_out), "--official-log", str(tmp_path / "x")]) == 2
+    assert "--dataset" in capsys.readouterr().err

@@ -1,0 +1,219 @@
+"""``engram_eval.audit.verify`` and ``engram-eval verify``: a good run passes, and every kind
+of tampering is caught and named."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from engram_eval import audit, cli, runner
+from engram_eval.config import RunConfig
+from engram_eval.provenance import sidecar_path, summary_path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "fixtures" / "longmemeval_tiny.json"
+ROWS = "rows: every selected question exactly once"
+METRICS = "per-question metrics recomputed"
+SUMMARY = "summary recomputed from rows"
+SOURCES = "source hashes match the installed package"
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("pristine") / "out.jsonl"
+    runner.run(RunConfig(retriever="flat-bm25", progress=False), FIXTURE, out,
+               echo=lambda m: None)
+    return out
+
+
+@pytest.fixture
+def result(pristine: Path, tmp_path: Path) -> Path:
+    """A private copy of a good run (result, sidecar, summary) to tamper with."""
+    out = tmp_path / "out.jsonl"
+    for src, dst in ((pristine, out), (sidecar_path(pristine), sidecar_path(out)),
+                     (summary_path(pristine), summary_path(out))):
+        shutil.copyfile(src, dst)
+    return out
+
+
+def checks(rep: audit.VerifyReport) -> dict[str, tuple[bool, str]]:
+    return {name: (ok, detail) for name, ok, detail in rep.checks}
+
+
+def failed(rep: audit.VerifyReport) -> dict[str, str]:
+    return {name: detail for name, ok, detail in rep.checks if not ok}
+
+
+def lines(out: Path) -> list[bytes]:
+    return out.read_bytes().splitlines(keepends=True)
+
+
+def edit_json(path: Path, fn) -> None:
+    obj = json.loads(path.read_text(encoding="utf-8"))
+    fn(obj)
+    path.write_text(json.dumps(obj, indent=2), encoding="utf-8")
+
+
+def test_good_run_verifies(result: Path) -> None:
+    rep = audit.verify(result, FIXTURE)
+    assert rep.ok, rep.format()
+    names = [n for n, _, _ in rep.checks]
+    assert names == ["sidecar schema", "fingerprint", ROWS, "dataset sha256", METRICS, SUMMARY,
+                     SOURCES]
+    assert "FAIL" not in rep.format()
+    assert audit.verify(result).ok  # without the dataset: rows, summary, sources only
+
+
+def test_edited_metric_in_a_row(result: Path) -> None:
+    ls = lines(result)
+    row = json.loads(ls[0])
+    assert row["metrics"]["answerable"]["recall_any@5"] == 1.0
+    row["metrics"]["answerable"]["recall_any@5"] = 0.5
+    ls[0] = (json.dumps(row, ensure_ascii=False) + "\n").encode()
+    result.write_bytes(b"".join(ls))
+    rep = audit.verify(result, FIXTURE)
+    bad = failed(rep)
+    assert not rep.ok
+    assert METRICS in bad and "lme_t01" in bad[METRICS] and "recall_any@5" in bad[METRICS]
+    assert "answerable" in bad[METRICS]
+    assert checks(rep)[ROWS][0] and checks(rep)["dataset sha256"][0]
+
+
+def test_edited_gold_in_a_row_needs_the_dataset(result: Path) -> None:
+    ls = lines(result)
+    row = json.loads(ls[0])
+    row["gold"]["all"] = [row["ranked_session_ids"][0], row["ranked_session_ids"][1]]
+    ls[0] = (json.dumps(row, ensure_ascii=False) + "\n").encode()
+    result.write_bytes(b"".join(ls))
+    bad = failed(audit.verify(result, FIXTURE))
+    assert METRICS in bad and "gold[all] differs from the dataset" in bad[METRICS]
+
+
+def test_edited_ranking_that_drops_a_session(result: Path) -> None:
+    ls = lines(result)
+    row = json.loads(ls[3])
+    row["ranked_session_ids"] = row["ranked_session_ids"][:-1]
+    row["scores"] = row["scores"][:-1]
+    ls[3] = (json.dumps(row, ensure_ascii=False) + "\n").encode()
+    result.write_bytes(b"".join(ls))
+    bad = failed(audit.verify(result, FIXTURE))
+    assert METRICS in bad and "lme_t04" in bad[METRICS] and "cover the corpus" in bad[METRICS]
+
+
+def test_deleted_row(result: Path) -> None:
+    ls = lines(result)
+    del ls[6]
+    result.write_bytes(b"".join(ls))
+    rep = audit.verify(result, FIXTURE)
+    bad = failed(rep)
+    assert ROWS in bad and "1 missing" in bad[ROWS] and "lme_t07" in bad[ROWS]
+    assert SUMMARY in bad  # the stored summary no longer matches the rows
+
+
+def test_duplicated_row(result: Path) -> None:
+    ls = lines(result)
+    result.write_bytes(b"".join(ls) + ls[2])
+    rep = audit.verify(result, FIXTURE)
+    bad = failed(rep)
+    assert ROWS in bad and "duplicate" in bad[ROWS] and "lme_t03" in bad[ROWS]
+    assert "line 13" in bad[ROWS]
+
+
+def test_torn_last_line(result: Path) -> None:
+    data = result.read_bytes()
+    result.write_bytes(data[: len(data) - 30])
+    bad = failed(audit.verify(result, FIXTURE))
+    assert ROWS in bad and "torn" in bad[ROWS]
+
+
+def test_changed_dataset(result: Path, tmp_path: Path) -> None:
+    data = tmp_path / FIXTURE.name
+    raw = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    raw[0]["answer_session_ids"] = [raw[0]["haystack_session_ids"][-1]]
+    data.write_text(json.dumps(raw), encoding="utf-8")
+    rep = audit.verify(result, data)
+    bad = failed(rep)
+    assert list(bad) == ["dataset sha256"]
+    assert str(data) in bad["dataset sha256"]
+
+
+def test_changed_source(result: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = audit.source_hashes
+
+    def fake(modules):
+        h = real(modules)
+        h["engram_eval/metrics.py"] = "e" * 64
+        return h
+
+    monkeypatch.setattr(audit, "source_hashes", fake)
+    rep = audit.verify(result, FIXTURE)
+    assert failed(rep) == {SOURCES: "differ: engram_eval/metrics.py"}
+
+
+def test_edited_summary_value(result: Path) -> None:
+    edit_json(summary_path(result),
+              lambda s: s["protocols"]["official"]["metrics"].__setitem__("recall_any@1", 0.99))
+    rep = audit.verify(result, FIXTURE)
+    bad = failed(rep)
+    assert list(bad) == [SUMMARY]
+    assert "protocols.official.metrics.recall_any@1" in bad[SUMMARY]
+
+
+def test_edited_summary_denominator(result: Path) -> None:
+    edit_json(summary_path(result), lambda s: s["protocols"]["answerable"].__setitem__("n", 12))
+    bad = failed(audit.verify(result, FIXTURE))
+    assert list(bad) == [SUMMARY] and "protocols.answerable.n" in bad[SUMMARY]
+
+
+def test_missing_summary(result: Path) -> None:
+    summary_path(result).unlink()
+    bad = failed(audit.verify(result, FIXTURE))
+    assert list(bad) == [SUMMARY] and "missing" in bad[SUMMARY]
+
+
+def test_edited_sidecar_field_breaks_fingerprint(result: Path) -> None:
+    edit_json(sidecar_path(result), lambda m: m["config"].__setitem__("bm25_k1", 1.2))
+    rep = audit.verify(result, FIXTURE)
+    bad = failed(rep)
+    assert list(bad) == ["fingerprint"]
+    assert "recomputed" in bad["fingerprint"]
+
+
+def test_sidecar_that_breaks_the_schema(result: Path) -> None:
+    edit_json(sidecar_path(result), lambda m: m.__setitem__("confidence_filter", True))
+    rep = audit.verify(result, FIXTURE)
+    bad = failed(rep)
+    assert list(bad) == ["sidecar schema"] and "confidence_filter" in bad["sidecar schema"]
+
+
+def test_missing_sidecar(result: Path) -> None:
+    sidecar_path(result).unlink()
+    bad = failed(audit.verify(result, FIXTURE))
+    assert list(bad) == ["sidecar schema"] and "missing" in bad["sidecar schema"]
+
+
+def test_cli_verify_exit_codes(result: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["verify", str(result), "--dataset", str(FIXTURE)]) == 0
+    out = capsys.readouterr().out
+    assert "VERIFIED" in out and "NOT VERIFIED" not in out
+    fp = json.loads(sidecar_path(result).read_text(encoding="utf-8"))["fingerprint"]
+    assert f"fingerprint {fp}" in out and "protocol=answerable  n=10" in out
+
+    ls = lines(result)
+    result.write_bytes(b"".join(ls[:-1]))
+    assert cli.main(["verify", str(result), "--dataset", str(FIXTURE)]) == 1
+    out = capsys.readouterr().out
+    assert "NOT VERIFIED" in out and f"[FAIL] {ROWS}" in out
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("retriever", "hybrid"), ("n_questions", 500), ("dataset_sha256", "0" * 64),
+    ("dataset", "longmemeval_s_cleaned.json"), ("fingerprint", "1" * 64),
+])
+def test_edited_summary_header(result: Path, key: str, value: object) -> None:
+    edit_json(summary_path(result), lambda s: s.__setitem__(key, value))
+    bad = failed(audit.verify(result, FIXTURE))
+    assert list(bad) == [SUMMARY] and key in bad[SUMMARY]
