@@ -10,7 +10,7 @@ CACHE="${2:-$HOME/.cache/engram-eval}"
 OUT=results/longmemeval_s_dev
 RUN=(.venv/bin/python benchmarks/longmemeval/run.py "$DATA" --cache-dir "$CACHE" --no-progress)
 mkdir -p "$OUT"
-run() { name="$1"; shift; echo "== $name: $*"; "${RUN[@]}" --output "$OUT/$name.jsonl" "$@" > "$OUT/$name.log.txt"; }
+run() { name="$1"; shift; echo "== $name: $*"; "${RUN[@]}" --output "$OUT/$name.jsonl" "$@" | tail -n 3; }
 run flat_bm25            --retriever flat-bm25
 run bm25_only            --retriever bm25 --no-temporal --no-preserve-prior
 run dense_only           --retriever dense --no-temporal --no-preserve-prior

@@ -421,3 +421,27 @@ def test_flag_embedding_backend_in_hybrid(base_config: RunConfig) -> None:
     r, ranking = run(cfg, question("What breed is the puppy I adopted?"))
     assert r.describe()["dense"]["backend"] == "flag_embedding"
     assert any(s.trace["dense_rank"] is not None for s in ranking.results)
+
+
+def test_corpus_without_user_roles_uses_every_turn(tmp_path) -> None:
+    """LoCoMo-style sessions (speaker names as roles) must still give lexical signal."""
+    from engram_eval.config import RunConfig
+    from engram_eval.data.records import Question, Session, Turn
+    from engram_eval.retrieval.hybrid import HybridRetriever
+
+    def sess(sid: str, text: str) -> Session:
+        return Session(sid, "1:56 pm on 8 May, 2023", (Turn("Caroline", text, 0),
+                                                        Turn("Melanie", "nice", 1)))
+
+    sessions = [sess("s1", "we talked about pottery classes"),
+                sess("s2", "Caroline went hiking in the mountains"),
+                sess("s3", "a chat about painting sunsets")]
+    cfg = RunConfig(use_dense=False, cache_dir=str(tmp_path), progress=False)
+    r = HybridRetriever(cfg, name="bm25")
+    r.index(sessions)
+    q = Question("q", "4", "Where did Caroline go hiking?", "", "1:56 pm on 8 May, 2023",
+                 tuple(sessions), ("s2",))
+    ranking = r.rank(q)
+    assert ranking.session_ids[0] == "s2"
+    assert ranking.results[0].trace["bm25_user_rank"] == 1
+    assert ranking.results[0].trace.get("bm25_assistant_rank") is None

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,7 +70,7 @@ from engram_eval.data._jsonio import (
     record_validator,
     schema_error_to_data_error,
 )
-from engram_eval.data.records import Question, Session, Turn
+from engram_eval.data.records import Question, QuestionSet, Session, Turn
 from engram_eval.errors import DataError
 
 SCHEMA_NAME = "locomo.schema.json"
@@ -121,23 +121,13 @@ class LocomoConversation:
 
 
 @dataclass(frozen=True)
-class LocomoDataset:
+class LocomoDataset(QuestionSet):
     """A loaded LoCoMo file: conversations, QA items as questions (file order), report."""
 
     path: str
     conversations: tuple[LocomoConversation, ...]
     questions: tuple[Question, ...]
     report: LocomoReport
-
-    def by_id(self) -> dict[str, Question]:
-        """A new ``question_id -> Question`` dict."""
-        return {q.question_id: q for q in self.questions}
-
-    def __len__(self) -> int:
-        return len(self.questions)
-
-    def __iter__(self) -> Iterator[Question]:
-        return iter(self.questions)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from engram_eval.data._jsonio import (
     record_validator,
     schema_error_to_data_error,
 )
-from engram_eval.data.records import Question, Session, Turn
+from engram_eval.data.records import Question, QuestionSet, Session, Turn
 from engram_eval.errors import DataError
 
 SCHEMA_NAME = "longmemeval.schema.json"
@@ -85,22 +85,12 @@ class LoadReport:
 
 
 @dataclass(frozen=True)
-class LongMemEvalDataset:
+class LongMemEvalDataset(QuestionSet):
     """A loaded LongMemEval file: its path, its questions in file order and the load report."""
 
     path: str
     questions: tuple[Question, ...]
     report: LoadReport
-
-    def by_id(self) -> dict[str, Question]:
-        """A new ``question_id -> Question`` dict (ids are unique, checked at load)."""
-        return {q.question_id: q for q in self.questions}
-
-    def __len__(self) -> int:
-        return len(self.questions)
-
-    def __iter__(self) -> Iterator[Question]:
-        return iter(self.questions)
 
 
 @dataclass(frozen=True)

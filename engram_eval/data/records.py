@@ -5,6 +5,7 @@ Every loader returns these records; nothing downstream reads raw JSON.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 
@@ -77,3 +78,19 @@ class Question:
             if k == key:
                 return v
         return default
+
+
+class QuestionSet:
+    """Mixin for loaded datasets that hold ``questions: tuple[Question, ...]``."""
+
+    questions: tuple[Question, ...]
+
+    def by_id(self) -> dict[str, Question]:
+        """A new ``question_id -> Question`` dict (ids are unique, checked at load)."""
+        return {q.question_id: q for q in self.questions}
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+    def __iter__(self) -> Iterator[Question]:
+        return iter(self.questions)

@@ -62,11 +62,12 @@ def fit_to_tokens(text: str, count_tokens: Callable[[str], int] | None, limit: i
 
 def user_pieces(sessions: Sequence[Session], size: int, overlap: int,
                 count_tokens: Callable[[str], int] | None = None,
-                token_limit: int = 256) -> list[Piece]:
+                token_limit: int = 256, role: str | None = "user") -> list[Piece]:
+    """Pieces of the turns with ``role`` (every turn when ``role`` is None)."""
     pieces = []
     for si, s in enumerate(sessions):
         for t in s.turns:
-            if t.role != "user":
+            if role is not None and t.role != role:
                 continue
             for w in word_windows(t.content, size, overlap):
                 for part in fit_to_tokens(w, count_tokens, token_limit):

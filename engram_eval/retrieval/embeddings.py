@@ -57,16 +57,21 @@ def _autocast(precision: str) -> Any:
     return nullcontext()
 
 
-class SentenceTransformersEmbedder:
-    """sentence-transformers ``SentenceTransformer`` loaded from a local directory."""
-
-    backend = "sentence_transformers"
+class _LocalEmbedder:
+    """Shared state of the embedding backends: the resolved model, precision, batch size;
+    the model itself is loaded on first use by the subclass's ``load``."""
 
     def __init__(self, ref: ModelRef, precision: str = "fp32", batch_size: int = 64) -> None:
         self.ref = ref
         self.precision = precision
         self.batch_size = batch_size
         self._model: Any = None
+
+
+class SentenceTransformersEmbedder(_LocalEmbedder):
+    """sentence-transformers ``SentenceTransformer`` loaded from a local directory."""
+
+    backend = "sentence_transformers"
 
     def load(self) -> Any:
         if self._model is None:
@@ -107,16 +112,10 @@ def pooling_method(model_dir: str) -> str:
     return "cls"
 
 
-class FlagEmbeddingEmbedder:
+class FlagEmbeddingEmbedder(_LocalEmbedder):
     """FlagEmbedding ``FlagModel`` (BGE embedding models) loaded from a local directory."""
 
     backend = "flag_embedding"
-
-    def __init__(self, ref: ModelRef, precision: str = "fp32", batch_size: int = 64) -> None:
-        self.ref = ref
-        self.precision = precision
-        self.batch_size = batch_size
-        self._model: Any = None
 
     def load(self) -> Any:
         if self._model is None:

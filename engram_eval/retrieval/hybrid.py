@@ -95,9 +95,19 @@ def token_counter(model_dir: str) -> tuple[Any, int] | None:
 
 
 def rerank_document(session: Session) -> str:
-    """The text given to the cross-encoder: user text, a blank line, assistant text.
+    """The text given to the cross-encoder: user text, a blank line, assistant text (for
+    corpora without user/assistant roles, e.g. LoCoMo, every turn in order).
     Passage offsets in traces refer to this string."""
+    if not has_user_role([session]):
+        return session.text()
     return session.user_text + "\n\n" + session.assistant_text
+
+
+def has_user_role(sessions: Sequence[Session]) -> bool:
+    """True when the corpus uses LongMemEval's user/assistant roles. LoCoMo sessions are
+    conversations between two people (roles are speaker names): there, every turn counts
+    as user text and there is no assistant document."""
+    return any(t.role in ("user", "assistant") for s in sessions for t in s.turns)
 
 
 class HybridRetriever:
@@ -202,14 +212,17 @@ class HybridRetriever:
     def index(self, sessions: Sequence[Session]) -> None:
         c = self.cfg
         self._sessions = tuple(sessions)
-        self._bm25_user = (BM25Index([s.user_text for s in sessions], k1=c.bm25_k1, b=c.bm25_b)
+        roles = has_user_role(sessions)
+        user_docs = [s.user_text if roles else s.text() for s in sessions]
+        self._bm25_user = (BM25Index(user_docs, k1=c.bm25_k1, b=c.bm25_b)
                            if c.use_bm25_user else None)
         self._bm25_asst = (BM25Index([s.assistant_text for s in sessions], k1=c.bm25_k1,
-                                     b=c.bm25_b) if c.use_bm25_assistant else None)
+                                     b=c.bm25_b) if c.use_bm25_assistant and roles else None)
         if c.use_dense:
             enc = self.encoder()
             self._pieces = user_pieces(sessions, c.dense_piece_words, c.dense_piece_overlap,
-                                       self._count_tokens, self._token_limit)
+                                       self._count_tokens, self._token_limit,
+                                       role="user" if roles else None)
             self._vectors = enc.encode([p.text for p in self._pieces])
 
     def _signals(self, question: Question) -> dict[str, tuple[np.ndarray, np.ndarray, float]]:

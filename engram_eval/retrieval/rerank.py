@@ -34,14 +34,18 @@ class CrossEncoderBackend(Protocol):
         ...
 
 
-class SentenceTransformersCrossEncoder:
-    backend = "sentence_transformers"
+class _LocalCrossEncoder:
+    """Shared state of the cross-encoder backends; the model loads on first use."""
 
     def __init__(self, ref: ModelRef, max_length: int = 512, batch_size: int = 16) -> None:
         self.ref = ref
         self.max_length = max_length
         self.batch_size = batch_size
         self._model: Any = None
+
+
+class SentenceTransformersCrossEncoder(_LocalCrossEncoder):
+    backend = "sentence_transformers"
 
     def load(self) -> Any:
         if self._model is None:
@@ -66,14 +70,8 @@ class SentenceTransformersCrossEncoder:
         return [float(x) for x in out.reshape(len(pairs), -1)[:, 0]]
 
 
-class FlagCrossEncoder:
+class FlagCrossEncoder(_LocalCrossEncoder):
     backend = "flag_embedding"
-
-    def __init__(self, ref: ModelRef, max_length: int = 512, batch_size: int = 16) -> None:
-        self.ref = ref
-        self.max_length = max_length
-        self.batch_size = batch_size
-        self._model: Any = None
 
     def load(self) -> Any:
         if self._model is None:
