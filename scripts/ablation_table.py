@@ -32,20 +32,22 @@ def main(directory: str) -> int:
           "and fingerprint are in its sidecar.\n")
     for proto in first["protocols"]:
         n = first["protocols"][proto]["n"]
-        print(f"## protocol `{proto}` (n = {n}: {first['protocols'][proto].get('denominator', '')})\n")
-        print("| run | fingerprint | " + " | ".join(METRICS) + " |")
-        print("|---|---|" + "---|" * len(METRICS))
+        print(f"## protocol `{proto}` ({first['protocols'][proto].get('denominator', '')})\n")
+        print("Rows with a different n (e.g. the precision runs over the first 8 questions) "
+              "are not comparable with the full-split rows.\n")
+        print("| run | n | fingerprint | " + " | ".join(METRICS) + " |")
+        print("|---|---|---|" + "---|" * len(METRICS))
         for name in names:
             s = json.loads((d / f"{name}.jsonl.summary.json").read_text())
             p = s["protocols"].get(proto)
             if p is None:
                 continue
             cells = " | ".join(f"{p['metrics'].get(m, float('nan')):.4f}" for m in METRICS)
-            print(f"| {name} | `{s['fingerprint'][:12]}` | {cells} |")
+            print(f"| {name} | {p['n']} | `{s['fingerprint'][:12]}` | {cells} |")
         rb = first["protocols"][proto].get("random_baseline", {})
         if rb:
             cells = " | ".join(f"{rb[m]:.4f}" if m in rb else "–" for m in METRICS)
-            print(f"| random ranking (expected) | – | {cells} |")
+            print(f"| random ranking (expected) | {n} | – | {cells} |")
         print()
     return 0
 

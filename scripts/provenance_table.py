@@ -18,6 +18,8 @@ def main(root: str = "results") -> int:
         cmd = fresh[0]["command"] if fresh else None
         if cmd:
             cmd = ["python", *cmd] if cmd[0].endswith(".py") else cmd
+            cmd = ["CACHE_DIR" if prev == "--cache-dir" else a
+                   for prev, a in zip(["", *cmd[:-1]], cmd, strict=True)]
             cmd = [a if not a.startswith("/") else Path(a).name for a in cmd]
         print(f"### `{result}`\n")
         print(f"- dataset: `{meta['dataset']['name']}` sha256 `{meta['dataset']['sha256']}`")

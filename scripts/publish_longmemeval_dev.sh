@@ -17,7 +17,12 @@ run dense_only           --retriever dense --no-temporal --no-preserve-prior
 run hybrid_no_temporal   --no-temporal --no-preserve-prior
 run hybrid_temporal_no_prior --no-preserve-prior
 run hybrid_default
+# precision effect on the first 8 questions (bf16 autocast is ~5x slower than fp32 on these CPUs)
+run precision_fp32_first8 --limit 8
+run precision_bf16_first8 --limit 8 --embedding-precision bf16
 for f in "$OUT"/*.jsonl; do
   .venv/bin/engram-eval verify "$f" --dataset "$DATA" > /dev/null && echo "verified $f"
 done
 .venv/bin/python scripts/ablation_table.py "$OUT" > "$OUT/ABLATIONS.md"
+.venv/bin/python scripts/misses.py "$OUT/hybrid_default.jsonl" > "$OUT/MISSES_hybrid_default.md"
+.venv/bin/python benchmarks/longmemeval/dense_pieces.py "$DATA" --output "$OUT/dense_pieces.json" > /dev/null
