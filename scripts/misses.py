@@ -57,7 +57,8 @@ def main() -> int:
             cells = []
             for s in SIGNALS:
                 vals = [tr.get(s) for sid, tr in zip(r["ranked_session_ids"],
-                                                     r["trace"]["sessions"]) if sid in gold]
+                                                     r["trace"]["sessions"], strict=True)
+                        if sid in gold]
                 vals = [v for v in vals if v is not None]
                 cells.append(str(min(vals)) if vals else "–")
             tw = r["trace"].get("question", {}).get("time_window")
