@@ -23,6 +23,6 @@ run precision_bf16_first8 --limit 8 --embedding-precision bf16
 for f in "$OUT"/*.jsonl; do
   .venv/bin/engram-eval verify "$f" --dataset "$DATA" > /dev/null && echo "verified $f"
 done
-.venv/bin/python scripts/ablation_table.py "$OUT" > "$OUT/ABLATIONS.md"
+.venv/bin/python scripts/ablation_table.py "$OUT" "LongMemEval_S development split" > "$OUT/ABLATIONS.md"
 .venv/bin/python scripts/misses.py "$OUT/hybrid_default.jsonl" > "$OUT/MISSES_hybrid_default.md"
 .venv/bin/python benchmarks/longmemeval/dense_pieces.py "$DATA" --output "$OUT/dense_pieces.json" > /dev/null
