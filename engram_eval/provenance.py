@@ -47,6 +47,7 @@ CORE_SOURCES = (
     "engram_eval/runner.py",
     "engram_eval/config.py",
     "engram_eval/data/records.py",
+    "engram_eval/data/_jsonio.py",
     "engram_eval/data/longmemeval.py",
     "engram_eval/data/locomo.py",
 )
