@@ -17,3 +17,4 @@ for f in "$OUT"/*.jsonl; do
   .venv/bin/engram-eval verify "$f" --dataset "$DATA" > /dev/null && echo "verified $f"
 done
 .venv/bin/python scripts/ablation_table.py "$OUT" "LoCoMo10, all 10 conversations" > "$OUT/ABLATIONS.md"
+.venv/bin/python scripts/derived_sidecars.py "$OUT"

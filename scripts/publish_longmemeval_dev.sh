@@ -26,3 +26,4 @@ done
 .venv/bin/python scripts/ablation_table.py "$OUT" "LongMemEval_S development split" > "$OUT/ABLATIONS.md"
 .venv/bin/python scripts/misses.py "$OUT/hybrid_default.jsonl" > "$OUT/MISSES_hybrid_default.md"
 .venv/bin/python benchmarks/longmemeval/dense_pieces.py "$DATA" --output "$OUT/dense_pieces.json" > /dev/null
+.venv/bin/python scripts/derived_sidecars.py "$OUT"

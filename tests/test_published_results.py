@@ -56,3 +56,29 @@ def test_published_run_verifies_against_the_dataset(result: Path) -> None:
         pytest.skip(f"dataset {name} not available")
     report = verify(result, hits[0])
     assert report.ok, report.format()
+
+
+def test_every_file_in_results_carries_provenance() -> None:
+    """Runs have sidecar + summary; every derived file (tables, measurements) has a
+    `<file>.metadata.json` whose recorded sha256 matches the file and whose inputs match."""
+    import json
+
+    from engram_eval.io import sha256_file
+
+    for p in sorted((ROOT / "results").rglob("*")):
+        if p.is_dir() or p.name.endswith(".metadata.json"):
+            continue
+        if p.name.endswith(".jsonl"):
+            assert Path(str(p) + ".metadata.json").is_file(), p
+            continue
+        if p.name.endswith(".jsonl.summary.json"):
+            assert Path(str(p).removesuffix(".summary.json")).is_file(), p
+            continue
+        side = Path(str(p) + ".metadata.json")
+        assert side.is_file(), f"{p} has no sidecar"
+        meta = json.loads(side.read_text())
+        assert meta["sha256"] == sha256_file(p), f"{p} changed after its sidecar was written"
+        for inp in meta["inputs"]:
+            assert sha256_file(p.parent / inp["file"]) == inp["sha256"], (p, inp["file"])
+        assert p.relative_to(ROOT).name in (ROOT / "PROVENANCE.md").read_text() or \
+            p.name in (ROOT / "PROVENANCE.md").read_text(), p
