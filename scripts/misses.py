@@ -12,10 +12,14 @@ BM25), plus whether the question had a resolved time window.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engram_eval.provenance import read_sidecar  # noqa: E402
+from engram_eval.rows import scan_rows  # noqa: E402
 
 SIGNALS = ("dense_rank", "bm25_user_rank", "bm25_assistant_rank")
 
@@ -25,8 +29,8 @@ def main() -> int:
     ap.add_argument("result")
     ap.add_argument("--protocol", default="answerable")
     args = ap.parse_args()
-    meta = json.loads(Path(args.result + ".metadata.json").read_text())
-    rows = [json.loads(line) for line in Path(args.result).read_text().splitlines() if line]
+    meta = read_sidecar(args.result)
+    rows = scan_rows(args.result, allowed_ids=meta["selection"]["ids"]).rows
     by_type: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         if r["metrics"].get(args.protocol) is not None:

@@ -7,14 +7,12 @@ cd "$(dirname "$0")/.."
 DATA="$1"
 CACHE="${2:-$HOME/.cache/engram-eval}"
 OUT=results/locomo10
-RUN=(.venv/bin/python benchmarks/locomo/run.py "$DATA" --cache-dir "$CACHE" --no-progress)
-mkdir -p "$OUT"
-run() { name="$1"; shift; echo "== $name: $*"; "${RUN[@]}" --output "$OUT/$name.jsonl" "$@" | tail -n 3; }
+BENCH=benchmarks/locomo/run.py
+# shellcheck source=scripts/_publish_lib.sh
+source scripts/_publish_lib.sh
 run bm25_only  --retriever bm25 --no-temporal --no-preserve-prior
 run dense_only --retriever dense --no-temporal --no-preserve-prior
 run hybrid_default
-for f in "$OUT"/*.jsonl; do
-  .venv/bin/engram-eval verify "$f" --dataset "$DATA" > /dev/null && echo "verified $f"
-done
+verify_all
 .venv/bin/python scripts/ablation_table.py "$OUT" "LoCoMo10, all 10 conversations" > "$OUT/ABLATIONS.md"
 .venv/bin/python scripts/derived_sidecars.py "$OUT"

@@ -8,9 +8,9 @@ cd "$(dirname "$0")/.."
 DATA="$1"
 CACHE="${2:-$HOME/.cache/engram-eval}"
 OUT=results/longmemeval_s_dev
-RUN=(.venv/bin/python benchmarks/longmemeval/run.py "$DATA" --cache-dir "$CACHE" --no-progress)
-mkdir -p "$OUT"
-run() { name="$1"; shift; echo "== $name: $*"; "${RUN[@]}" --output "$OUT/$name.jsonl" "$@" | tail -n 3; }
+BENCH=benchmarks/longmemeval/run.py
+# shellcheck source=scripts/_publish_lib.sh
+source scripts/_publish_lib.sh
 run flat_bm25            --retriever flat-bm25
 run bm25_only            --retriever bm25 --no-temporal --no-preserve-prior
 run dense_only           --retriever dense --no-temporal --no-preserve-prior
@@ -20,9 +20,7 @@ run hybrid_default
 # precision effect on the first 8 questions (bf16 autocast is ~5x slower than fp32 on these CPUs)
 run precision_fp32_first8 --limit 8
 run precision_bf16_first8 --limit 8 --embedding-precision bf16
-for f in "$OUT"/*.jsonl; do
-  .venv/bin/engram-eval verify "$f" --dataset "$DATA" > /dev/null && echo "verified $f"
-done
+verify_all
 .venv/bin/python scripts/ablation_table.py "$OUT" "LongMemEval_S development split" > "$OUT/ABLATIONS.md"
 .venv/bin/python scripts/misses.py "$OUT/hybrid_default.jsonl" > "$OUT/MISSES_hybrid_default.md"
 .venv/bin/python benchmarks/longmemeval/dense_pieces.py "$DATA" --output "$OUT/dense_pieces.json" > /dev/null

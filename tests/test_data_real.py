@@ -6,44 +6,29 @@ repository; every test skips cleanly when its file is absent. Loading S takes ~1
 
 from __future__ import annotations
 
-import os
 from collections import Counter
-from pathlib import Path
 
 import pytest
+from real_data import require
 
 from engram_eval.data import LocomoDataset, LongMemEvalDataset, load_locomo, load_longmemeval
 
 pytestmark = pytest.mark.data
 
 
-def _data_dir() -> Path:
-    env = os.environ.get("ENGRAM_EVAL_DATA_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-def _require(relative: str) -> Path:
-    path = _data_dir() / relative
-    if not path.is_file():
-        pytest.skip(f"real data not available: {path}")
-    return path
-
-
 @pytest.fixture(scope="module")
 def s_dev() -> LongMemEvalDataset:
-    return load_longmemeval(_require("longmemeval/longmemeval_s_cleaned.dev.json.gz"))
+    return load_longmemeval(require("longmemeval/longmemeval_s_cleaned.dev.json.gz"))
 
 
 @pytest.fixture(scope="module")
 def oracle_dev() -> LongMemEvalDataset:
-    return load_longmemeval(_require("longmemeval/longmemeval_oracle.dev.json.gz"))
+    return load_longmemeval(require("longmemeval/longmemeval_oracle.dev.json.gz"))
 
 
 @pytest.fixture(scope="module")
 def locomo() -> LocomoDataset:
-    return load_locomo(_require("locomo/locomo10.json"))
+    return load_locomo(require("locomo/locomo10.json"))
 
 
 S_TYPES = {

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from real_data import data_dir
 
 pytestmark = pytest.mark.data
 
@@ -40,13 +40,6 @@ TOL = 1e-9
 # one (1d4da289) has no correct doc, so 8 are skipped here, leaving 325 compared. (On those 8
 # the stored metrics happen to equal the reference's too; only the rankings differ.)
 EXPECTED_DUPLICATE_HAYSTACK_SKIPS = 8
-
-
-def _data_dir() -> Path:
-    env = os.environ.get("ENGRAM_EVAL_DATA_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 # ----------------------------------------------------------------------------- reference style
@@ -122,7 +115,7 @@ def ref_entry(entry: dict) -> tuple[list[str], list[str], dict[str, float]]:
 
 
 def test_published_flat_bm25_matches_the_reference_pipeline() -> None:
-    path = _data_dir() / DATASET
+    path = data_dir() / DATASET
     if not path.is_file():
         pytest.skip(f"real data not available: {path}")
     pytest.importorskip("rank_bm25")

@@ -8,20 +8,15 @@ artifact stale; `verify` reports it). With the real data present, the opt-in tie
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from real_data import data_dir
 
 from engram_eval.audit import verify
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = sorted((ROOT / "results").rglob("*.jsonl"))
-
-
-def _data_dir() -> Path:
-    env = os.environ.get("ENGRAM_EVAL_DATA_DIR")
-    return Path(env) if env else ROOT.parent / "shared" / "data"
 
 
 def test_results_directory_holds_published_runs() -> None:
@@ -51,7 +46,7 @@ def test_published_run_verifies_against_the_dataset(result: Path) -> None:
 
     meta = json.loads(Path(str(result) + ".metadata.json").read_text())
     name = meta["dataset"]["name"]
-    hits = list(_data_dir().rglob(name))
+    hits = list(data_dir().rglob(name))
     if not hits:
         pytest.skip(f"dataset {name} not available")
     report = verify(result, hits[0])
