@@ -1,42 +1,88 @@
 """Auditing and neutral scoring: ``verify`` a published run, ``score`` any system's
-rankings on identical definitions, and ``export`` rankings without conversation text."""
+rankings on identical definitions, ``export`` rankings without conversation text, and
+``compress`` a finished result into ``x.jsonl.gz`` (sidecar and summary renamed with it).
+
+``verify`` reports every check as ``ok``, ``FAIL`` or ``not checked``. A result is
+*verified* only when every check ran and passed, which needs ``--dataset``: the dataset is
+re-hashed and every row's gold re-derived from it. Without it the gold stored in the rows is
+trusted, and the report says so.
+"""
 
 from __future__ import annotations
 
+import gzip
 import json
+import math
+import os
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engram_eval import protocols as P
+from engram_eval.data._jsonio import open_text
+from engram_eval.datasets import default_protocols, load_questions
 from engram_eval.errors import DataError, ProvenanceError
 from engram_eval.io import dump_json, exclusive_write, sha256_file
-from engram_eval.metrics import question_metrics
 from engram_eval.provenance import (
     fingerprint_of,
     read_sidecar,
+    sidecar_path,
     source_hashes,
     summary_path,
 )
-from engram_eval.rows import scan_rows
-from engram_eval.runner import floats_equal, load_questions, summarize_rows
+from engram_eval.rows import open_rows, order_rows, read_rows_bytes, scan_rows
+from engram_eval.summary import summarize_rows
+
+OK, FAIL, NOT_CHECKED = "ok", "FAIL", "not checked"
+
+
+def floats_equal(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12)
 
 
 @dataclass
 class VerifyReport:
-    checks: list[tuple[str, bool, str]] = field(default_factory=list)
+    """Checks as ``(name, status, detail)``; status is ``ok``, ``FAIL`` or ``not checked``."""
+
+    checks: list[tuple[str, str, str]] = field(default_factory=list)
 
     def add(self, name: str, ok: bool, detail: str = "") -> None:
-        self.checks.append((name, ok, detail))
+        self.checks.append((name, OK if ok else FAIL, detail))
+
+    def skip(self, name: str, why: str) -> None:
+        self.checks.append((name, NOT_CHECKED, why))
 
     @property
     def ok(self) -> bool:
-        return all(ok for _, ok, _ in self.checks)
+        """No check failed (some may not have been run)."""
+        return all(status != FAIL for _, status, _ in self.checks)
+
+    @property
+    def not_checked(self) -> list[str]:
+        return [name for name, status, _ in self.checks if status == NOT_CHECKED]
+
+    @property
+    def verified(self) -> bool:
+        """Every check ran and passed (the dataset was re-hashed and the gold re-derived)."""
+        return self.ok and not self.not_checked and bool(self.checks)
 
     def format(self) -> str:
-        return "\n".join(f"[{'ok' if ok else 'FAIL'}] {n}" + (f": {d}" if d else "")
-                         for n, ok, d in self.checks)
+        return "\n".join(f"[{status}] {n}" + (f": {d}" if d else "")
+                         for n, status, d in self.checks)
+
+    def verdict(self) -> str:
+        if not self.ok:
+            return "NOT VERIFIED (a check failed)"
+        if self.not_checked:
+            return "NOT VERIFIED (nothing failed, but not checked: " + \
+                ", ".join(self.not_checked) + ")"
+        return "VERIFIED"
+
+    @property
+    def exit_code(self) -> int:
+        """0 verified, 1 a check failed, 3 nothing failed but something was not checked."""
+        return 0 if self.verified else (1 if not self.ok else 3)
 
 
 def _cmp_metrics(stored: Any, fresh: Any) -> list[str]:
@@ -63,8 +109,17 @@ def _cmp_summary(stored: Any, fresh: Any, path: str = "") -> list[str]:
     return [] if stored == fresh else [f"{path}: {stored!r} vs {fresh!r}"]
 
 
+def _short_list(items: Sequence[str]) -> str:
+    return "; ".join(items[:5]) + (f" (+{len(items) - 5} more)" if len(items) > 5 else "")
+
+
+DATASET_HASH = "dataset sha256"
+GOLD = "gold re-derived from the dataset"
+ROWS_HASH = "rows sha256 matches the summary and sidecar"
+
+
 def verify(result: str | Path, dataset: str | Path | None = None) -> VerifyReport:
-    """Recompute and re-check everything a published run claims (see README)."""
+    """Recompute and re-check everything a published run claims (see the module docstring)."""
     result = Path(result)
     rep = VerifyReport()
     try:
@@ -91,39 +146,63 @@ def verify(result: str | Path, dataset: str | Path | None = None) -> VerifyRepor
     except ProvenanceError as e:
         rep.add("rows: every selected question exactly once", False, str(e))
         return rep
+    spath = summary_path(result)
+    stored: dict[str, Any] | None = None
+    if spath.exists():
+        try:
+            stored = json.loads(spath.read_text(encoding="utf-8"))
+        except ValueError as e:
+            rep.add("summary readable", False, f"{spath}: {e}")
+    _check_rows_hash(rep, scan.sha256, stored, meta)
     questions: dict[str, Any] = {}
     if dataset is not None:
         digest = sha256_file(dataset)
         same = digest == meta["dataset"]["sha256"]
-        rep.add("dataset sha256", same, "" if same else
+        rep.add(DATASET_HASH, same, "" if same else
                 f"{dataset} has {digest[:16]}…, the run used {meta['dataset']['sha256'][:16]}…")
         if same:
             _, qs = load_questions(dataset, meta["dataset_format"])
             questions = {q.question_id: q for q in qs}
-    bad_rows = []
+        else:
+            rep.skip(GOLD, "the dataset given is not the one the run used")
+    else:
+        rep.skip(DATASET_HASH, "no --dataset given")
+        rep.skip(GOLD, "no --dataset given; the gold stored in the rows was trusted")
+    bad_gold: list[str] = []
+    bad_rows: list[str] = []
     for r in rows:
         q = questions.get(r["question_id"])
+        entries = r.get("haystack_entries") or {}
+        if q is not None:
+            if set(r["ranked_session_ids"]) != set(q.session_ids):
+                bad_gold.append(f"{r['question_id']}: ranking does not cover the corpus")
+            if entries != P.entry_counts(q):
+                bad_gold.append(f"{r['question_id']}: haystack_entries differs from the "
+                                "dataset")
         for p in protocols:
             gold = r.get("gold", {}).get(p)
             if q is not None:
                 g = P.gold_for(q, p)
                 expect = list(g) if g is not None else None
                 if expect != gold:
-                    bad_rows.append(f"{r['question_id']}: gold[{p}] differs from the dataset")
-                    continue
-                if set(r["ranked_session_ids"]) != set(q.session_ids):
-                    bad_rows.append(f"{r['question_id']}: ranking does not cover the corpus")
-            fresh = None if gold is None else question_metrics(gold, r["ranked_session_ids"])
+                    bad_gold.append(f"{r['question_id']}: gold[{p}] differs from the dataset")
+            try:
+                fresh = None if gold is None else P.metrics_for_gold(
+                    p, gold, r["ranked_session_ids"], entries)
+            except (ValueError, TypeError) as e:
+                bad_rows.append(f"{r['question_id']}: metrics[{p}] cannot be recomputed: {e}")
+                continue
             for b in _cmp_metrics(r["metrics"].get(p), fresh):
                 bad_rows.append(f"{r['question_id']}: metrics[{p}] {b}")
-    rep.add("per-question metrics recomputed", not bad_rows,
-            "; ".join(bad_rows[:5]) + (f" (+{len(bad_rows) - 5} more)" if len(bad_rows) > 5 else ""))
-    spath = summary_path(result)
-    if spath.exists():
-        stored = json.loads(spath.read_text(encoding="utf-8"))
-        by = {r["question_id"]: r for r in rows}
-        fresh = summarize_rows([by[i] for i in ids if i in by], protocols)
-        diffs = _cmp_summary(stored.get("protocols"), fresh["protocols"], "protocols")
+    if questions:
+        rep.add(GOLD, not bad_gold, _short_list(bad_gold))
+    rep.add("per-question metrics recomputed", not bad_rows, _short_list(bad_rows))
+    if stored is not None:
+        fresh_summary = summarize_rows(order_rows(rows, ids), protocols)
+        diffs = _cmp_summary(stored.get("protocols"), fresh_summary["protocols"], "protocols")
+        if stored.get("temporal_windows") != fresh_summary.get("temporal_windows"):
+            diffs.append(f"temporal_windows {stored.get('temporal_windows')!r} vs recomputed "
+                         f"{fresh_summary.get('temporal_windows')!r}")
         if stored.get("fingerprint") != meta["fingerprint"]:
             diffs.append("summary fingerprint differs from the sidecar's")
         for key, want in (("dataset", meta["dataset"]["name"]),
@@ -133,7 +212,7 @@ def verify(result: str | Path, dataset: str | Path | None = None) -> VerifyRepor
                 diffs.append(f"summary {key} {stored.get(key)!r} differs from the sidecar's "
                              f"{want!r}")
         rep.add("summary recomputed from rows", not diffs, "; ".join(diffs[:5]))
-    else:
+    elif not spath.exists():
         rep.add("summary recomputed from rows", False, f"{spath} is missing")
     try:
         current = source_hashes(list(meta["sources"]))
@@ -145,13 +224,38 @@ def verify(result: str | Path, dataset: str | Path | None = None) -> VerifyRepor
     return rep
 
 
+def _check_rows_hash(rep: VerifyReport, digest: str, stored: dict[str, Any] | None,
+                     meta: dict[str, Any]) -> None:
+    """The rows bytes must hash to what the summary and the sidecar's last finished run
+    recorded (an edited row is caught even when its metrics were edited to match)."""
+    recorded = [r["rows_sha256"] for r in meta.get("runs", []) if r.get("rows_sha256")]
+    in_summary = (stored or {}).get("rows_sha256")
+    if not recorded and not in_summary:
+        rep.skip(ROWS_HASH, "no rows hash recorded (result written before rows hashes)")
+        return
+    problems = []
+    if not recorded:
+        problems.append("the sidecar's runs list records no rows hash")
+    elif recorded[-1] != digest:
+        problems.append(f"rows hash {digest[:16]}… differs from the sidecar's "
+                        f"{recorded[-1][:16]}…")
+    if stored is None:
+        pass  # a missing summary is its own failed check
+    elif not in_summary:
+        problems.append("the summary records no rows hash")
+    elif in_summary != digest:
+        problems.append(f"rows hash {digest[:16]}… differs from the summary's "
+                        f"{in_summary[:16]}…")
+    rep.add(ROWS_HASH, not problems, "; ".join(problems))
+
+
 # -- neutral scoring ----------------------------------------------------------------------
 def read_rankings(path: str | Path, known: Collection[str] | None = None
                   ) -> dict[str, list[str]]:
     """Parse ``{question_id, ranked_session_ids}`` lines; with ``known``, a question id
     outside it is an error naming its line."""
     out: dict[str, list[str]] = {}
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:  # plain or gzipped
         for n, line in enumerate(f, start=1):
             if not line.strip():
                 continue
@@ -190,8 +294,6 @@ def score_rankings(rankings_path: str | Path, dataset: str | Path,
     recall, 1 on recall_all only for no-gold questions) and is counted as ``missing``;
     with ``strict`` it is an error. Rankings for unknown question ids are always an error.
     """
-    from engram_eval.runner import default_protocols
-
     fmt, questions = load_questions(dataset)
     protocols = list(protocols or default_protocols(fmt))
     known = {q.question_id for q in questions}
@@ -240,37 +342,94 @@ def export_public(result: str | Path, out: str | Path) -> int:
 
 
 def export_official_log(result: str | Path, out: str | Path, dataset: str | Path) -> int:
-    """A retrieval log in the LongMemEval reference layout: one JSON object per line with
-    ``retrieval_results.ranked_items[].corpus_id``. Answer sessions without any user
-    ``has_answer`` turn are relabelled ``answer`` -> ``noans`` as the reference indexer
-    does, so the reference scripts compute their own (``official``) gold from the ids."""
+    """A retrieval log in the LongMemEval reference layout (``run_retrieval.py`` output), read
+    by the reference ``print_retrieval_metrics.py`` as is.
+
+    One JSON object per question (``_abs`` ones included, as the reference writes them), with
+    ``retrieval_results.ranked_items[].corpus_id`` and ``metrics.session`` holding *every*
+    metric (``recall_any@k``, ``recall_all@k``, ``ndcg_any@k`` for k in 1, 3, 5, 10, 30, 50)
+    computed with the reference rule (:func:`~engram_eval.metrics.reference_entry_metrics`
+    on :func:`~engram_eval.protocols.reference_gold`), also for questions with no gold (0, 1,
+    0). Ids follow the reference indexer: an answer session without a user ``has_answer``
+    turn is relabelled ``answer`` -> ``noans``, and a session id listed ``n`` times in the
+    haystack is listed ``n`` times (adjacent, same score). The printer's means over the
+    non-``_abs`` questions are therefore exactly this package's ``official`` summary."""
     meta = read_sidecar(result)
     rows = scan_rows(result, allowed_ids=meta["selection"]["ids"]).rows
     _, qs = load_questions(dataset, meta["dataset_format"])
     by_id = {q.question_id: q for q in qs}
     lines = []
     for r in rows:
-        q = by_id[r["question_id"]]
+        q = by_id.get(r["question_id"])
+        if q is None:
+            raise DataError(dataset, f"question_id={r['question_id']}", "question_id",
+                            f"question of {result} is not in the dataset")
         sess = {s.session_id: s for s in q.sessions}
-
-        def corpus_id(sid: str, _sess: dict[str, Any] = sess) -> str:
-            s = _sess[sid]
-            user = [t for t in s.turns if t.role == "user"]
-            if "answer" in sid and not any(t.has_answer for t in user):
-                return sid.replace("answer", "noans")
-            return sid
-
+        entries = P.entry_counts(q)
+        gold = P.reference_gold(q)
+        ranking = r["ranked_session_ids"]
+        metrics = P.metrics_for_gold("official", gold, ranking, entries)
+        items: list[dict[str, Any]] = []
+        for sid, sc in zip(ranking, r["scores"], strict=True):
+            cid = P.reference_corpus_id(sess[sid])
+            items.extend({"corpus_id": cid, "score": sc} for _ in range(entries.get(sid, 1)))
+        session = {k: v for k, v in metrics.items()
+                   if k.split("@")[0] in ("recall_any", "recall_all", "ndcg_any")}
         lines.append(json.dumps({
             "question_id": q.question_id, "question_type": q.question_type,
             "question": q.question, "answer": q.answer, "question_date": q.question_date,
+            "answer_session_ids": list(q.answer_session_ids),
             "retrieval_results": {
                 "query": q.question,
-                "ranked_items": [{"corpus_id": corpus_id(sid), "score": sc}
-                                 for sid, sc in zip(r["ranked_session_ids"], r["scores"], strict=False)],
-                "metrics": {"session": r["metrics"].get("official") or {}},
+                "ranked_items": items,
+                "metrics": {"session": session, "turn": {}},
             }}, ensure_ascii=False))
     exclusive_write(out, "".join(line + "\n" for line in lines))
     return len(lines)
+
+
+# -- compression ----------------------------------------------------------------------------
+def compress_result(result: str | Path) -> Path:
+    """Write ``RESULT.gz`` (gzip, mtime 0, so the bytes are deterministic) with its sidecar
+    ``RESULT.gz.metadata.json`` and summary ``RESULT.gz.summary.json`` (copied unchanged: the
+    rows hash is over the uncompressed bytes), verify the new file, and only then remove the
+    uncompressed result, sidecar and summary. Refuses to overwrite; on a failed verification
+    the new files are removed and the original kept."""
+    src = Path(result)
+    dst = Path(str(src) + ".gz")
+    if src.name.endswith(".gz"):
+        raise ProvenanceError(f"{src} already ends in .gz")
+    for p in (src, sidecar_path(src), summary_path(src)):
+        if not p.is_file():
+            raise ProvenanceError(f"{p} is missing; compress needs the result, its sidecar and "
+                                  "its summary")
+    with open_rows(src) as f:
+        head = f.read(2)
+    if head == b"\x1f\x8b":
+        raise ProvenanceError(f"{src} is already gzip-compressed")
+    before = verify(src)
+    if not before.ok:
+        raise ProvenanceError(f"{src} does not verify; refusing to compress it:\n"
+                              + before.format())
+    raw = read_rows_bytes(src)
+    data = gzip.compress(raw, compresslevel=9, mtime=0)
+    created: list[Path] = []
+    try:
+        for path, content in ((dst, data),
+                              (sidecar_path(dst), sidecar_path(src).read_bytes()),
+                              (summary_path(dst), summary_path(src).read_bytes())):
+            exclusive_write(path, content)
+            created.append(path)
+        after = verify(dst)
+        if not after.ok or after.checks != before.checks:
+            raise ProvenanceError(f"{dst} does not verify like {src}:\n" + after.format())
+    except BaseException:
+        for path in created:
+            os.unlink(path)
+        raise
+    for p in (summary_path(src), sidecar_path(src), src):
+        os.unlink(p)
+    return dst
 
 
 def write_json_new(path: str | Path, obj: Any) -> None:

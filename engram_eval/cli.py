@@ -31,7 +31,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="rank every selected question and score it")
     r.add_argument("dataset", help="LongMemEval (.json/.json.gz) or LoCoMo file")
-    r.add_argument("--output", required=True, help="result JSONL (must not exist unless --resume)")
+    r.add_argument("--output", help="result JSONL (must not exist unless --resume; required "
+                   "unless --validate-only)")
+    r.add_argument("--frozen-source", metavar="MANIFEST",
+                   help="run only if this frozen manifest (sources, models, settings, dataset) "
+                        "matches; required for the held-out part of a split")
+    r.add_argument("--validate-only", action="store_true",
+                   help="load and check the dataset and settings, write nothing but "
+                        "--freeze-source, load no model")
+    r.add_argument("--freeze-source", metavar="MANIFEST",
+                   help="with --validate-only: write the frozen manifest (exclusive creation)")
     r.add_argument("--resume", action="store_true",
                    help="continue an interrupted run after verifying its provenance")
     r.add_argument("--config", help="YAML file of config fields (never auto-loaded)")
@@ -39,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("verify", help="recompute and re-check a published result")
     v.add_argument("result")
-    v.add_argument("--dataset", help="dataset file to re-hash and re-derive gold from")
+    v.add_argument("--dataset", help="dataset file to re-hash and re-derive gold from "
+                   "(without it nothing is VERIFIED and the exit status is 3)")
 
     s = sub.add_parser("score", help="score any system's rankings on identical definitions")
     s.add_argument("rankings", help="JSONL of {question_id, ranked_session_ids}")
@@ -53,6 +63,28 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--public", help="write ids + scores JSONL here (must not exist)")
     e.add_argument("--official-log", help="write a LongMemEval reference-layout log here")
     e.add_argument("--dataset", help="needed for --official-log")
+
+    c = sub.add_parser("compress", help="gzip a finished result (RESULT.gz, sidecar and "
+                       "summary renamed with it), verify it, then remove the uncompressed files")
+    c.add_argument("result")
+    from engram_eval.analysis_cli import add_parsers as add_analysis_parsers
+
+    add_analysis_parsers(sub)  # split, compare, analyze, plot, trec
+    from engram_eval.scale_cli import add_parsers as add_scale_parsers
+
+    add_scale_parsers(sub)  # make-stress, merge
+    tn = sub.add_parser("tune", help="choose fusion/temporal settings offline from a run's "
+                        "traces (no re-encoding)")
+    tn.add_argument("run", help="result JSONL(.gz) of a hybrid run that traced its signals")
+    tn.add_argument("--grid", required=True, help="grid YAML (see engram_eval.tune.load_grid)")
+    tn.add_argument("--output", required=True, help="config YAML to write (must not exist); "
+                    "the report goes to OUTPUT.tuning.json")
+    tn.add_argument("--objective", default=None, help="comma-separated metrics averaged "
+                    "per question (default: recall_any@1,recall_all@5,ndcg_any@5)")
+    tn.add_argument("--protocol", default="answerable", help="gold protocol (default: "
+                    "answerable)")
+    tn.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
+    tn.add_argument("--seed", type=int, default=0, help="fold assignment seed (default 0)")
     return parser
 
 
@@ -65,8 +97,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(config.threads)
-    out = run(config, args.dataset, args.output, resume=args.resume,
-              echo=lambda m: print(m, file=sys.stderr), command=sys.argv)
+    if not args.output and not args.validate_only:
+        raise EngramEvalError("run: --output is required (unless --validate-only)")
+    if args.freeze_source and not args.validate_only:
+        raise EngramEvalError("run: --freeze-source goes with --validate-only")
+    out = run(config, args.dataset, args.output or "(validate-only)", resume=args.resume,
+              echo=lambda m: print(m, file=sys.stderr), command=sys.argv,
+              frozen_source=args.frozen_source, freeze_source=args.freeze_source,
+              validate_only=args.validate_only)
+    if args.validate_only:
+        print(f"{args.dataset}: valid; run fingerprint {out.fingerprint}")
+        if out.summary.get("frozen_source"):
+            print(f"frozen manifest: {out.summary['frozen_source']}")
+        return 0
     print(f"wrote {out.n_written} row(s); {out.n_total} in {out.output}")
     print(f"fingerprint {out.fingerprint}")
     print(f"dataset {out.summary['dataset']} sha256 {out.summary['dataset_sha256']}")
@@ -86,8 +129,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         print(f"fingerprint {summ['fingerprint']}")
         print(format_summary(summ))
     print(rep.format())
-    print("VERIFIED" if rep.ok else "NOT VERIFIED")
-    return 0 if rep.ok else 1
+    print(rep.verdict())
+    return rep.exit_code
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
@@ -120,6 +163,31 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from engram_eval.tune import DEFAULT_OBJECTIVE, tune
+
+    objective = args.objective.split(",") if args.objective else list(DEFAULT_OBJECTIVE)
+    res = tune(args.run, args.grid, args.output, objective=objective, protocol=args.protocol,
+               folds=args.folds, seed=args.seed)
+    r = res.report
+    cv = r["cross_validation"]
+    print(f"{r['n_candidates']} candidates, {r['n_questions']} questions ({r['protocol']}); "
+          f"objective mean of {', '.join(r['objective']['metrics'])}")
+    print(f"run's own settings {r['run_settings_score']:.4f}; chosen in-sample "
+          f"{r['in_sample_score']:.4f}; {cv['folds']}-fold CV estimate {cv['estimate']:.4f}")
+    print(f"chosen {r['chosen']}")
+    print(f"wrote {res.config_path} and {res.report_path}")
+    return 0
+
+
+def _cmd_compress(args: argparse.Namespace) -> int:
+    from engram_eval.audit import compress_result
+
+    dst = compress_result(args.result)
+    print(f"wrote {dst} (verified); removed {args.result} and its sidecar and summary")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -127,7 +195,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     _offline()
     handlers = {"run": _cmd_run, "verify": _cmd_verify, "score": _cmd_score,
-                "export": _cmd_export}
+                "export": _cmd_export, "compress": _cmd_compress, "tune": _cmd_tune}
+    from engram_eval.analysis_cli import HANDLERS as analysis_handlers
+
+    handlers.update(analysis_handlers)
+    from engram_eval.scale_cli import HANDLERS as scale_handlers
+
+    handlers.update(scale_handlers)
     try:
         return handlers[args.command](args)
     except (EngramEvalError, FileNotFoundError, FileExistsError, PermissionError) as e:

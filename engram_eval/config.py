@@ -10,121 +10,78 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError
-
-LONGMEMEVAL_PROTOCOLS = ("answerable", "official", "all")
-
-
-def _f(default: Any, help: str, *, fingerprint: bool = True, choices: Sequence[Any] | None = None,
-       lo: float | None = None, hi: float | None = None, cli: bool = True) -> Any:
-    meta = {"help": help, "fingerprint": fingerprint, "choices": choices, "lo": lo, "hi": hi,
-            "cli": cli}
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata=meta)
-    return field(default=default, metadata=meta)
+from engram_eval.protocols import LONGMEMEVAL_PROTOCOLS
+from engram_eval.retrieval.settings import GROUPS, RetrievalSettings, _f
 
 
 @dataclass(frozen=True)
-class RunConfig:
-    """Every setting of a retrieval run (see the help text of each field)."""
+class RunConfig(RetrievalSettings):
+    """Every setting of a retrieval run: the retrieval settings it inherits
+    (:class:`~engram_eval.retrieval.settings.RetrievalSettings`, same field names, YAML keys
+    and CLI flags) plus the selection and runtime settings of the run itself. Validated on
+    construction, like its retrieval part."""
 
-    retriever: str = _f("hybrid", "retrieval backend: hybrid, dense, bm25, flat-bm25, dummy")
-    dataset_format: str = _f("auto", "dataset layout", choices=("auto", "longmemeval", "locomo"))
+    retriever: str = _f("hybrid", "retrieval backend: hybrid, dense, bm25, flat-bm25, dummy",
+                        group="selection")
+    dataset_format: str = _f("auto", "dataset layout", group="selection",
+                             choices=("auto", "longmemeval", "locomo"))
     protocols: list[str] = _f([], "scoring protocols (empty: answerable, official, all for "
-                              "LongMemEval; locomo for LoCoMo)", cli=False)
-    limit: int | None = _f(None, "score only the first N selected questions (diagnostics)", lo=1)
-    question_ids: list[str] = _f([], "score only these question ids (repeatable)", cli=False)
-    # dense
-    use_dense: bool = _f(True, "dense retrieval over user text")
-    embedding_backend: str = _f("sentence_transformers", "embedding backend",
-                                choices=("sentence_transformers", "flag_embedding"))
-    embedding_model: str = _f("all-MiniLM-L6-v2", "embedding model: name (bundled or HF cache) or "
-                              "local path")
-    embedding_precision: str = _f("fp32", "embedding inference precision", choices=("fp32", "bf16"))
-    dense_piece_words: int = _f(128, "user text is embedded in pieces of at most this many words "
-                                "(each user turn, long turns split into windows); no truncation",
-                                lo=8, hi=512)
-    dense_piece_overlap: int = _f(16, "word overlap between windows of one long turn", lo=0, hi=256)
-    dense_aggregate: str = _f("max", "session score from its piece similarities",
-                              choices=("max", "max_mean"))
-    # lexical
-    use_bm25_user: bool = _f(True, "BM25 over user text")
-    use_bm25_assistant: bool = _f(True, "BM25 over assistant text")
-    bm25_k1: float = _f(1.5, "BM25 k1", lo=0.0, hi=10.0)
-    bm25_b: float = _f(0.75, "BM25 b", lo=0.0, hi=1.0)
-    # fusion
-    rrf_k: float = _f(60.0, "reciprocal-rank-fusion constant k (score = sum w / (k + rank))",
-                      lo=0.0, hi=1000.0)
-    weight_dense: float = _f(1.0, "fusion weight of the dense user ranking", lo=0.0, hi=10.0)
-    weight_bm25_user: float = _f(1.0, "fusion weight of the user BM25 ranking", lo=0.0, hi=10.0)
-    weight_bm25_assistant: float = _f(0.5, "fusion weight of the assistant BM25 ranking",
-                                      lo=0.0, hi=10.0)
-    # temporal
-    temporal: bool = _f(True, "boost sessions dated inside the question's time window")
-    temporal_boost: float = _f(1.25, "multiplier for sessions inside the time window",
-                               lo=1.0, hi=10.0)
-    # rerank
-    rerank: bool = _f(False, "rerank the top candidates with a cross-encoder")
-    reranker_backend: str = _f("sentence_transformers", "cross-encoder backend",
-                               choices=("sentence_transformers", "flag_embedding"))
-    reranker_model: str = _f("BAAI/bge-reranker-base", "cross-encoder: HF id in the local cache "
-                             "or a local path")
-    rerank_candidates: int = _f(35, "how many fused candidates are reranked", lo=1, hi=10000)
-    rerank_max_length: int = _f(512, "cross-encoder max input tokens", lo=16, hi=8192)
-    fusion_alpha: float = _f(0.0, "blend of the prior (fused) rank into the reranked score",
-                             lo=0.0, hi=1.0)
-    passage_fallback: bool = _f(True, "retry long documents with a focused excerpt when every "
-                                "base sigmoid score is under passage_floor")
-    passage_floor: float = _f(0.001, "activation floor of the passage fallback", lo=0.0, hi=1.0)
-    passage_max_words: int = _f(160, "excerpt length limit in words", lo=8, hi=2000)
-    # coverage
-    preserve_prior: bool = _f(True, "keep the best hybrid candidate inside the first result_k")
-    result_k: int = _f(5, "window of the prior-leader coverage step", lo=1, hi=1000)
+                              "LongMemEval; locomo for LoCoMo)", group="selection", cli=False)
+    limit: int | None = _f(None, "score only the first N selected questions (diagnostics)",
+                           group="selection", lo=1)
+    question_ids: list[str] = _f([], "score only these question ids (repeatable)",
+                                 group="selection", cli=False)
     confidence_filter: bool = _f(False, "always false: ranking benchmarks apply no production "
-                                 "confidence gate", cli=False)
+                                 "confidence gate", group="selection", cli=False)
     # not part of the fingerprint
-    batch_size: int = _f(16, "encoding batch size (16 measured fastest on 2 CPU cores)", fingerprint=False, lo=1, hi=4096)
-    use_cache: bool = _f(True, "reuse embeddings cached by (model files, precision, text)",
-                         fingerprint=False)
-    cache_dir: str = _f("", "embedding cache directory (default ~/.cache/engram-eval)",
+    threads: int = _f(0, "torch CPU threads (0: torch default)", group="runtime",
+                      fingerprint=False, lo=0, hi=1024)
+    progress: bool = _f(True, "draw a progress bar on stderr", group="runtime",
                         fingerprint=False)
-    threads: int = _f(0, "torch CPU threads (0: torch default)", fingerprint=False, lo=0, hi=1024)
-    progress: bool = _f(True, "draw a progress bar on stderr", fingerprint=False)
-    dummy_salt: str = _f("", "salt of the dummy retriever (tests)")
+    dummy_salt: str = _f("", "salt of the dummy retriever (tests)", group="runtime",
+                         hidden=True)
+    # scale (engram_eval.shard, engram_eval.executors)
+    trace_sessions: int = _f(0, "per-session traces kept in each row, in rank order (0: all; "
+                             "the ranking and every score are always complete; tune and "
+                             "analyze need all)", group="selection", lo=0)
+    shard: str = _f("", "run only shard I/N of the selected questions (stable: sha256 of the "
+                    "question id mod N); join the shards with `engram-eval merge`",
+                    group="selection", fingerprint=False)
+    executor: str = _f("local", "where questions are ranked: this process, or Ray actors "
+                       "(pip install engram-eval[ray])", group="runtime", fingerprint=False,
+                       choices=("local", "ray"))
+    ray_address: str = _f("", "Ray cluster to join (e.g. auto, ray://host:10001); empty: "
+                          "start a local Ray instance", group="runtime", fingerprint=False)
+    ray_workers: int = _f(2, "Ray actors (each loads the models once)", group="runtime",
+                          fingerprint=False, lo=1, hi=4096)
 
-    # ------------------------------------------------------------------
-    def validate(self) -> RunConfig:
-        """Raise ConfigError naming the field for any out-of-range or unknown value."""
-        for f in fields(self):
-            v = getattr(self, f.name)
-            m = f.metadata
-            if m.get("choices") and v not in m["choices"]:
-                raise ConfigError(f"config field {f.name}={v!r}: must be one of {list(m['choices'])}")
-            if v is None:
-                continue
-            if isinstance(f.default, bool) or f.type == "bool":
-                if not isinstance(v, bool):
-                    raise ConfigError(f"config field {f.name}={v!r}: must be true or false")
-                continue
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                if m.get("lo") is not None and v < m["lo"]:
-                    raise ConfigError(f"config field {f.name}={v!r}: must be >= {m['lo']}")
-                if m.get("hi") is not None and v > m["hi"]:
-                    raise ConfigError(f"config field {f.name}={v!r}: must be <= {m['hi']}")
+    def _validate(self) -> None:
+        super()._validate()
         if self.confidence_filter:
             raise ConfigError("config field confidence_filter: ranking runs never filter by "
                               "confidence; it must be false")
-        if self.dense_piece_overlap >= self.dense_piece_words:
-            raise ConfigError("config field dense_piece_overlap: must be smaller than "
-                              "dense_piece_words")
         for p in self.protocols:
             if p not in (*LONGMEMEVAL_PROTOCOLS, "locomo"):
                 raise ConfigError(f"config field protocols: unknown protocol {p!r}")
+        from engram_eval.shard import parse_shard
+
+        parse_shard(self.shard)  # I/N, 0 <= I < N
+
+    def retrieval_settings(self) -> RetrievalSettings:
+        """The retrieval part of this run (what a retriever is built from)."""
+        return RetrievalSettings.of(self)
+
+    # ------------------------------------------------------------------
+    def validate(self) -> RunConfig:
+        """Raise ConfigError naming the field for any out-of-range or unknown value (also
+        done on construction; kept for callers that validate explicitly)."""
+        self._validate()
         return self
 
     def to_json(self) -> dict[str, Any]:
@@ -191,29 +148,49 @@ def _coerce(f: dataclasses.Field[Any], v: Any, source: str) -> Any:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add one option per CLI-settable field; every default is None so that only explicit
-    values override the YAML/defaults."""
+    """Add one option per CLI-settable field, in argument groups by pipeline stage
+    (selection, dense, lexical, fusion, temporal, rerank, coverage, runtime); every default
+    is None so that only explicit values override the YAML/defaults. Test-only fields
+    (``--dummy-salt``) are accepted but hidden from ``--help``."""
+    groups = {g: parser.add_argument_group(g, _GROUP_HELP[g]) for g in GROUPS}
     for f in fields(RunConfig):
         m = f.metadata
         if not m["cli"]:
             continue
+        target = groups[m["group"]]
         opt = "--" + f.name.replace("_", "-")
         t = str(f.type)
-        help_text = m["help"] + f" (default: {f.default!r})"
+        help_text = (argparse.SUPPRESS if m.get("hidden")
+                     else m["help"] + f" (default: {f.default!r})")
         if t == "bool":
-            parser.add_argument(opt, dest=f.name, action=argparse.BooleanOptionalAction,
+            target.add_argument(opt, dest=f.name, action=argparse.BooleanOptionalAction,
                                 default=None, help=help_text)
         else:
             kind: Any = {"int": int, "float": float, "str": str}.get(t.split(" ")[0], str)
-            parser.add_argument(opt, dest=f.name, type=kind, default=None, help=help_text,
+            target.add_argument(opt, dest=f.name, type=kind, default=None, help=help_text,
                                 choices=m["choices"])
-    parser.add_argument("--question-id", dest="question_ids", action="append", default=None,
-                        help="score only this question id (repeatable)")
-    parser.add_argument("--protocol", dest="protocols", action="append", default=None,
-                        help="scoring protocol (repeatable; default: all that apply)")
+    groups["selection"].add_argument("--question-id", dest="question_ids", action="append",
+                                     default=None,
+                                     help="score only this question id (repeatable)")
+    groups["selection"].add_argument("--protocol", dest="protocols", action="append",
+                                     default=None,
+                                     help="scoring protocol (repeatable; default: all that "
+                                     "apply)")
     # Names used by the documented interface.
-    parser.add_argument("--no-preserve-prior-coverage", dest="preserve_prior",
-                        action="store_false", default=None, help=argparse.SUPPRESS)
+    groups["coverage"].add_argument("--no-preserve-prior-coverage", dest="preserve_prior",
+                                    action="store_false", default=None, help=argparse.SUPPRESS)
+
+
+_GROUP_HELP = {
+    "selection": "what is run and scored",
+    "dense": "dense retrieval over user pieces",
+    "lexical": "BM25 signals and pseudo-relevance feedback",
+    "fusion": "how the signals are combined",
+    "temporal": "the question's time window",
+    "rerank": "cross-encoder rerank and passage fallback",
+    "coverage": "prior-leader coverage after a rerank",
+    "runtime": "caches, batches, threads (not part of the fingerprint)",
+}
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:

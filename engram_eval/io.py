@@ -6,8 +6,10 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -65,6 +67,45 @@ def exclusive_write(path: str | Path, data: str | bytes) -> None:
         raise FileExistsError(f"{p} already exists; refusing to overwrite") from None
     finally:
         os.unlink(tmp)
+
+
+@contextmanager
+def streaming_write(path: str | Path, *, exclusive: bool = True,
+                    gzip_output: bool = False) -> Iterator[IO[bytes]]:
+    """Stream bytes into ``path`` without ever exposing a partial file.
+
+    Yields a binary file object on a temporary file beside ``path`` (gzip-compressed, with
+    mtime 0 so equal content gives equal bytes, when ``gzip_output``). When the block exits
+    normally the data is fsynced and the file appears at ``path`` in one step: hard-linked
+    (``exclusive``: FileExistsError when ``path`` exists, nothing overwritten) or
+    ``os.replace``-d. On any error the temporary file is removed and ``path`` is untouched.
+    """
+    import gzip
+
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix="." + p.name + ".", suffix=".tmp", dir=p.parent)
+    raw = os.fdopen(fd, "wb")
+    try:
+        if gzip_output:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+                yield gz  # type: ignore[misc]
+        else:
+            yield raw
+        raw.flush()
+        os.fsync(raw.fileno())
+        raw.close()
+        if exclusive:
+            try:
+                os.link(tmp, p)
+            except FileExistsError:
+                raise FileExistsError(f"{p} already exists; refusing to overwrite") from None
+        else:
+            os.replace(tmp, p)
+    finally:
+        if not raw.closed:
+            raw.close()
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def dump_json(obj: Any) -> str:

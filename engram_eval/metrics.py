@@ -41,6 +41,7 @@ __all__ = [
     "question_metrics",
     "random_baseline",
     "recall_all",
+    "reference_entry_metrics",
     "recall_any",
     "rollup_turns",
     "session_metrics_from_turns",
@@ -207,6 +208,48 @@ def question_metrics(
         out[f"ndcg_any@{k}"] = _ndcg_sessions(gold_set, ranking, k)
         out[f"hit@{k}"] = _recall_any(gold_set, window)
     out["mrr"] = _mrr(gold_set, ranking)
+    return out
+
+
+def reference_entry_metrics(
+    gold: Collection[str],
+    ranking: Sequence[str],
+    entries: Mapping[str, int] | None = None,
+    ks: Sequence[int] = KS,
+) -> dict[str, float]:
+    """Session metrics exactly as LongMemEval's ``eval_utils.evaluate_retrieval`` computes them
+    when a session id may fill several haystack entries.
+
+    The reference indexes every haystack *entry*; a session id listed ``n`` times is ``n``
+    documents with the same id. ``entries`` maps such ids to ``n`` (absent ids count 1); the
+    ranking of distinct sessions is expanded so each id takes ``n`` consecutive positions.
+    Then, over the expanded list ``E``: ``recall_any@k`` / ``recall_all@k`` = any / all gold
+    ids among ``E[:k]``; ``ndcg_any@k`` = binary DCG of ``E[:k]`` (reference discount) over the
+    DCG of ``min(R, k)`` relevant entries in a row, ``R`` = the number of gold entries (a gold id
+    absent from the ranking counts ``entries.get(id, 1)``); ``hit@k`` = ``recall_any@k``;
+    ``mrr`` = reciprocal rank of the first gold entry in ``E``. No gold: 0 / 1 / 0 (and hit
+    0, mrr 0). Without repeats this equals :func:`question_metrics`.
+    """
+    _check_ks(ks)
+    _check_ranking(ranking)
+    counts = dict(entries or {})
+    for sid, n in counts.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"entries[{sid!r}] must be a positive int, got {n!r}")
+    gold_set = _gold_set(gold)
+    expanded = [sid for sid in ranking for _ in range(counts.get(sid, 1))]
+    relevances = [1 if sid in gold_set else 0 for sid in expanded]
+    n_relevant = sum(relevances) + sum(
+        counts.get(g, 1) for g in gold_set.difference(ranking)
+    )
+    out: dict[str, float] = {}
+    for k in ks:
+        window = expanded[:k]
+        out[f"recall_any@{k}"] = _recall_any(gold_set, window)
+        out[f"recall_all@{k}"] = _recall_all(gold_set, window)
+        out[f"ndcg_any@{k}"] = _ndcg(relevances[:k], min(n_relevant, k))
+        out[f"hit@{k}"] = _recall_any(gold_set, window)
+    out["mrr"] = _mrr(gold_set, expanded) if expanded else 0.0
     return out
 
 

@@ -4,30 +4,40 @@ A protocol fixes the *denominator* (the questions that are scored) and the *gold
 question. Results from different protocols are never mixed: every summary, JSON file and
 table names its protocol and its ``n``.
 
-LongMemEval protocols (:data:`LONGMEMEVAL_PROTOCOLS`), counts on full LongMemEval_S:
+LongMemEval protocols (:data:`LONGMEMEVAL_PROTOCOLS`), counts on full LongMemEval_S (on the
+S dev split: answerable 372, official 372, official_nonempty_gold 333, all 397):
 
-==============  =====  ===========================================================
-protocol        n      rule
-==============  =====  ===========================================================
-``answerable``  470    Engram protocol. Skip ``_abs`` questions and questions with
-                       no ``answer_session_ids``; gold = ``answer_session_ids``.
-``official``    419    The reference scorer's gold. Skip ``_abs``; gold = answer
-                       sessions present in the haystack that have at least one
-                       *user* turn with ``has_answer`` (the reference relabels the
-                       others ``noans``); skip questions left with no gold.
-``all``         500    Every question; gold = ``answer_session_ids`` (possibly
-                       empty, scored with the no-gold convention: recall_any 0,
-                       recall_all 1, ndcg 0).
-==============  =====  ===========================================================
+==========================  =====  ==================================================
+protocol                    n      rule
+==========================  =====  ==================================================
+``answerable``              470    Engram protocol. Skip ``_abs`` questions and
+                                   questions with no ``answer_session_ids``; gold =
+                                   ``answer_session_ids``.
+``official``                470    Exactly what LongMemEval's reference printer
+                                   (``src/evaluation/print_retrieval_metrics.py``)
+                                   averages: every question whose id does not contain
+                                   ``_abs``; gold = :func:`reference_gold`; a question
+                                   left with no gold stays in and scores recall_any 0,
+                                   recall_all 1, ndcg 0 (``evaluate_retrieval`` on an
+                                   empty gold list); a session id repeated in the
+                                   haystack takes one ranking position per entry
+                                   (:func:`~engram_eval.metrics.reference_entry_metrics`).
+``official_nonempty_gold``  419    The same gold, questions with no gold skipped, one
+                                   position per distinct session (what this package
+                                   called ``official`` before it matched the printer).
+``all``                     500    Every question; gold = ``answer_session_ids``
+                                   (possibly empty, scored with the no-gold convention).
+==========================  =====  ==================================================
 
 ``locomo`` (not a LongMemEval protocol): gold = the evidence sessions the LoCoMo loader put in
 ``answer_session_ids``, restricted to sessions of the conversation; items with no resolvable
 evidence are skipped.
 
-Note on ``official``: the reference script (``run_retrieval.py``) averages over every
-non-``_abs`` question, so questions whose answer sessions were all relabelled ``noans`` enter
-its mean with recall_any 0 / recall_all 1 / ndcg 0. This package's ``official`` protocol
-drops them instead and says so through ``n`` and ``n_skipped``.
+The reference rule for gold (``run_retrieval.py``, session granularity) lives here once:
+:func:`has_user_evidence`, :func:`reference_corpus_id` (an ``answer`` session without a user
+``has_answer`` turn is relabelled ``noans``) and :func:`reference_gold`. Gold does not come from
+``answer_session_ids`` there: it is every haystack session whose (relabelled) id contains
+``answer``.
 """
 
 from __future__ import annotations
@@ -37,38 +47,66 @@ from dataclasses import dataclass
 from typing import Any
 
 from engram_eval.data.records import Question, Session
-from engram_eval.metrics import KS, mean_metrics, question_metrics
+from engram_eval.metrics import KS, mean_metrics, question_metrics, reference_entry_metrics
 
 __all__ = [
     "LONGMEMEVAL_PROTOCOLS",
     "PROTOCOLS",
     "ProtocolSummary",
+    "entry_counts",
     "format_table",
     "gold_for",
+    "has_user_evidence",
+    "metrics_for_gold",
+    "reference_corpus_id",
+    "reference_gold",
     "score_question",
     "summarize",
     "summary_to_json",
 ]
 
-LONGMEMEVAL_PROTOCOLS: tuple[str, ...] = ("answerable", "official", "all")
-"""The three LongMemEval denominators (see the module docstring's table)."""
+LONGMEMEVAL_PROTOCOLS: tuple[str, ...] = (
+    "answerable", "official", "official_nonempty_gold", "all")
+"""The LongMemEval denominators (see the module docstring's table)."""
 
 PROTOCOLS: tuple[str, ...] = LONGMEMEVAL_PROTOCOLS + ("locomo",)
 """Every protocol :func:`gold_for` knows."""
 
 
 def _dedupe(ids: Sequence[str]) -> tuple[str, ...]:
-    seen: set[str] = set()
-    out: list[str] = []
-    for sid in ids:
-        if sid not in seen:
-            seen.add(sid)
-            out.append(sid)
-    return tuple(out)
+    return tuple(dict.fromkeys(ids))
 
 
-def _has_user_evidence(session: Session) -> bool:
+def has_user_evidence(session: Session) -> bool:
+    """True when a *user* turn of ``session`` carries ``has_answer`` (the reference's test)."""
     return any(t.role == "user" and t.has_answer for t in session.turns)
+
+
+def reference_corpus_id(session: Session) -> str:
+    """The id the reference indexer gives ``session``: ``answer`` -> ``noans`` in the id of a
+    session whose id contains ``answer`` but which has no user ``has_answer`` turn."""
+    sid = session.session_id
+    if "answer" in sid and not has_user_evidence(session):
+        return sid.replace("answer", "noans")
+    return sid
+
+
+def reference_gold(question: Question) -> tuple[str, ...]:
+    """The reference's ``correct_docs``: haystack sessions whose relabelled id still contains
+    ``answer``, in haystack order, each once (possibly empty)."""
+    return tuple(s.session_id for s in question.sessions
+                 if "answer" in reference_corpus_id(s))
+
+
+def is_reference_abstention(question_id: str) -> bool:
+    """The printer's filter: ``'_abs' in question_id``."""
+    return "_abs" in question_id
+
+
+def entry_counts(question: Question) -> dict[str, int]:
+    """Session ids listed more than once in the haystack -> number of entries (else empty)."""
+    raw: Any = question.get_extra("haystack_entries", ())
+    return {str(sid): int(n) for sid, n in raw}
 
 
 def _check_protocol(protocol: str) -> None:
@@ -79,8 +117,8 @@ def _check_protocol(protocol: str) -> None:
 def gold_for(question: Question, protocol: str) -> tuple[str, ...] | None:
     """The gold session ids of ``question`` under ``protocol``, or None when it is skipped.
 
-    None means "not in this protocol's denominator". A returned tuple is duplicate-free and
-    keeps the order of ``answer_session_ids``; only ``all`` can return an empty tuple.
+    None means "not in this protocol's denominator". A returned tuple is duplicate-free;
+    ``all`` and ``official`` can return an empty tuple (scored with the no-gold convention).
     Raises ``ValueError`` for an unknown protocol.
     """
     _check_protocol(protocol)
@@ -91,28 +129,41 @@ def gold_for(question: Question, protocol: str) -> tuple[str, ...] | None:
         if question.is_abstention or not answers:
             return None
         return answers
-    if protocol == "official":
-        if question.is_abstention:
+    if protocol in ("official", "official_nonempty_gold"):
+        if is_reference_abstention(question.question_id):
             return None
-        by_id = {s.session_id: s for s in question.sessions}
-        gold = tuple(
-            sid for sid in answers if sid in by_id and _has_user_evidence(by_id[sid])
-        )
-        return gold or None
+        gold = reference_gold(question)
+        if protocol == "official_nonempty_gold" and not gold:
+            return None
+        return gold
     # locomo
     present = set(question.session_ids)
     gold = tuple(sid for sid in answers if sid in present)
     return gold or None
 
 
+def metrics_for_gold(
+    protocol: str,
+    gold: Sequence[str],
+    ranking: Sequence[str],
+    entries: Mapping[str, int] | None = None,
+    ks: Sequence[int] = KS,
+) -> dict[str, float]:
+    """The per-question metrics of ``protocol`` for known gold: ``official`` counts haystack
+    entries (``entries``: repeated id -> count), every other protocol distinct sessions."""
+    if protocol == "official":
+        return reference_entry_metrics(gold, ranking, entries, ks)
+    return question_metrics(gold, ranking, ks)
+
+
 def score_question(
     question: Question, ranking: Sequence[str], protocol: str, ks: Sequence[int] = KS
 ) -> dict[str, float] | None:
-    """:func:`~engram_eval.metrics.question_metrics` under ``protocol``'s gold, or None if skipped."""
+    """Metrics of ``ranking`` under ``protocol``'s gold, or None if the question is skipped."""
     gold = gold_for(question, protocol)
     if gold is None:
         return None
-    return question_metrics(gold, ranking, ks)
+    return metrics_for_gold(protocol, gold, ranking, entry_counts(question), ks)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ and use, batch size, Python build and platform (recorded under ``environment`` a
 
 from __future__ import annotations
 
-import importlib.resources
 import json
 import os
 import platform
@@ -34,6 +33,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from engram_eval.data._jsonio import load_schema
 from engram_eval.errors import ProvenanceError
 from engram_eval.io import canonical_json, exclusive_write, sha256_file, sha256_json
 
@@ -45,6 +45,12 @@ CORE_SOURCES = (
     "engram_eval/metrics.py",
     "engram_eval/protocols.py",
     "engram_eval/runner.py",
+    "engram_eval/datasets.py",
+    "engram_eval/rows.py",
+    "engram_eval/summary.py",
+    "engram_eval/executors.py",
+    "engram_eval/shard.py",
+    "engram_eval/merge.py",
     "engram_eval/config.py",
     "engram_eval/data/records.py",
     "engram_eval/data/_jsonio.py",
@@ -140,16 +146,11 @@ def summary_path(output: str | Path) -> Path:
     return Path(str(output) + ".summary.json")
 
 
-def load_schema() -> dict[str, Any]:
-    text = importlib.resources.files("engram_eval").joinpath("schemas/sidecar.schema.json")
-    return json.loads(text.read_text(encoding="utf-8"))
-
-
 def validate_sidecar(meta: Any, path: str | Path) -> None:
     import jsonschema
 
     try:
-        jsonschema.validate(meta, load_schema())
+        jsonschema.validate(meta, load_schema("sidecar.schema.json"))
     except jsonschema.ValidationError as e:
         where = "/".join(str(x) for x in e.absolute_path) or "(top level)"
         raise ProvenanceError(f"{path}: sidecar field {where}: {e.message}") from None

@@ -1,13 +1,19 @@
-"""Result rows (JSON lines): append-only writing and strict reading.
+"""Result rows (JSON lines): building, append-only writing, locking and strict reading.
 
 A row is written with one ``write`` of ``json + "\\n"`` followed by flush and fsync, so a
 crash can leave at most one partial (torn) last line. Reading is strict: every line must
 be a JSON object with the required fields; the only thing that may be repaired is a torn
 last line (no trailing newline, not valid JSON), and only when the caller allows it.
+
+Result files may be gzip-compressed (``x.jsonl.gz``, written by ``engram-eval compress``);
+every reader goes through :func:`open_rows` / :func:`scan_rows`, which accept both. The rows
+hash (:attr:`RowScan.sha256`, :func:`rows_sha256`) is the sha256 of the *uncompressed* bytes,
+so compressing a result does not change it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -15,6 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engram_eval import protocols as P
+from engram_eval.data._jsonio import is_gzip, open_binary
+from engram_eval.data.records import Question
 from engram_eval.errors import ProvenanceError
 
 REQUIRED_FIELDS = ("question_id", "question_type", "ranked_session_ids", "scores", "metrics")
@@ -26,12 +35,41 @@ MEASUREMENT_FIELDS = ("timing",)
 class RowScan:
     rows: list[dict[str, Any]]
     torn_bytes: int  # size of a torn last line (0 when the file ends cleanly)
+    sha256: str = ""  # sha256 of the uncompressed bytes that were scanned
+
+
+def is_compressed(path: str | Path) -> bool:
+    """True for a gzip-compressed result file (sniffed by magic bytes)."""
+    return is_gzip(path)
+
+
+def open_rows(path: str | Path) -> Any:
+    """A binary stream of the (uncompressed) rows of a plain or gzipped result file."""
+    return open_binary(path)
+
+
+def read_rows_bytes(path: str | Path) -> bytes:
+    try:
+        with open_rows(path) as f:
+            data: bytes = f.read()
+    except FileNotFoundError:
+        raise
+    except (OSError, EOFError) as e:
+        raise ProvenanceError(f"{path}: cannot read the result file: {e}") from None
+    return data
+
+
+def rows_sha256(path: str | Path) -> str:
+    """sha256 of the uncompressed rows bytes (the same for ``x.jsonl`` and ``x.jsonl.gz``)."""
+    return hashlib.sha256(read_rows_bytes(path)).hexdigest()
 
 
 def scan_rows(path: str | Path, *, allowed_ids: Iterable[str] | None = None) -> RowScan:
-    """Parse every row; raise ProvenanceError for a malformed row (other than a torn last
-    line), a duplicate question id, or a question id outside ``allowed_ids``."""
-    data = Path(path).read_bytes()
+    """Parse every row (plain or gzipped file); raise ProvenanceError for a malformed row
+    (other than a torn last line), a duplicate question id, or a question id outside
+    ``allowed_ids``."""
+    data = read_rows_bytes(path)
+    digest = hashlib.sha256(data).hexdigest()
     allowed = set(allowed_ids) if allowed_ids is not None else None
     rows: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
@@ -70,7 +108,7 @@ def scan_rows(path: str | Path, *, allowed_ids: Iterable[str] | None = None) -> 
                                   "run's selection")
         seen[qid] = n
         rows.append(obj)
-    return RowScan(rows, torn)
+    return RowScan(rows, torn, digest)
 
 
 def truncate_torn_tail(path: str | Path, torn_bytes: int) -> None:
@@ -87,6 +125,9 @@ class RowWriter:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        if self.path.exists() and is_compressed(self.path):
+            raise ProvenanceError(f"{self.path} is gzip-compressed; rows cannot be appended "
+                                  "to it (a compressed result is final)")
         self._f = open(self.path, "ab")  # append to our own claimed file only
 
     def write(self, row: Mapping[str, Any]) -> None:
@@ -110,5 +151,61 @@ def strip_measurements(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def order_rows(rows: Sequence[Mapping[str, Any]], ids: Sequence[str]) -> list[Mapping[str, Any]]:
+    """``rows`` in the order of ``ids`` (ids without a row are left out)."""
     by_id = {r["question_id"]: r for r in rows}
     return [by_id[i] for i in ids if i in by_id]
+
+
+def make_row(question: Question, ranking: Any, protocols: Sequence[str],
+             question_trace: Mapping[str, Any], seconds: float) -> dict[str, Any]:
+    """One result row: ids, scores, per-protocol gold and metrics, traces, timing.
+
+    ``haystack_entries`` (only when the haystack lists a session id more than once) maps
+    such ids to their number of entries, so the ``official`` metrics can be recomputed from
+    the row alone."""
+    ids = ranking.session_ids
+    gold = {p: (list(g) if (g := P.gold_for(question, p)) is not None else None)
+            for p in protocols}
+    metrics = {p: P.score_question(question, ids, p) for p in protocols}
+    row: dict[str, Any] = {
+        "question_id": question.question_id,
+        "question_type": question.question_type,
+        "question_date": question.question_date,
+        "n_sessions": len(ids),
+        "ranked_session_ids": ids,
+        "scores": ranking.scores,
+        "gold": gold,
+        "metrics": metrics,
+    }
+    entries = P.entry_counts(question)
+    if entries:
+        row["haystack_entries"] = entries
+    row["trace"] = {"question": dict(question_trace),
+                    "sessions": [dict(r.trace) for r in ranking.results]}
+    row["timing"] = {"seconds": round(seconds, 6)}
+    return row
+
+
+class OutputLock:
+    """An exclusive advisory lock on a result file, held for a whole run, so two processes
+    (two resumes, or a resume beside a live run) never append to one file."""
+
+    def __init__(self, output: str | Path) -> None:
+        import fcntl
+
+        self._f = open(output, "rb")  # read-only handle, used only to hold the lock
+        try:
+            fcntl.flock(self._f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._f.close()
+            raise ProvenanceError(f"{output} is being written by another running process; "
+                                  "refusing to write to it at the same time") from None
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> OutputLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,11 +1,101 @@
-# Shared by scripts/publish_*.sh (sourced, not run). Set DATA, CACHE, OUT and BENCH (the
-# benchmark script) before sourcing; then call `run NAME [options]` per published run and
-# `verify_all` at the end.
-RUN=(.venv/bin/python "$BENCH" "$DATA" --cache-dir "$CACHE" --no-progress)
-mkdir -p "$OUT"
-run() { name="$1"; shift; echo "== $name: $*"; "${RUN[@]}" --output "$OUT/$name.jsonl" "$@" | tail -n 3; }
-verify_all() {
-  for f in "$OUT"/*.jsonl; do
-    .venv/bin/engram-eval verify "$f" --dataset "$DATA" > /dev/null && echo "verified $f"
+# Shared by scripts/publish_longmemeval_dev.sh and scripts/publish_locomo.sh (sourced, not
+# run). Set DATA, CACHE and OUT (and optionally FORMAT: longmemeval|locomo) before sourcing;
+# then
+#   refuse_existing FILE ...   stop before anything runs when OUT already holds a file the
+#                              publication would write (nothing is ever overwritten)
+#   publish NAME [options]     `engram-eval run` into OUT/NAME.jsonl, verify it against the
+#                              dataset (verify_all), then `engram-eval compress` it, so only
+#                              NAME.jsonl.gz (+ .metadata.json, .summary.json) remain
+#   verify_all [RESULT ...]    verify every result in OUT (or the ones named) with --dataset
+#   run_files NAME             every path a run NAME may write (plain and compressed)
+#
+# Failures stop the publication: pipefail makes a failed run visible through `| tail`, and
+# verify_all returns non-zero at the first result that does not verify (every check ok,
+# dataset re-hashed and gold re-derived: `engram-eval verify` exit status 0).
+#
+# Environment overrides (for smoke tests on tiny fixtures; never set them to publish):
+#   ENGRAM_EVAL         the engram-eval command (default .venv/bin/engram-eval)
+#   PUBLISH_PYTHON      python for the table scripts (default .venv/bin/python)
+#   PUBLISH_RETRIEVER   replaces every run's --retriever (e.g. dummy, flat-bm25, bm25)
+#   PUBLISH_EXTRA_ARGS  appended to every run (word-split), e.g. "--limit 3"
+set -o pipefail
+ENGRAM_EVAL="${ENGRAM_EVAL:-.venv/bin/engram-eval}"
+PUBLISH_PYTHON="${PUBLISH_PYTHON:-.venv/bin/python}"
+read -r -a PUBLISH_EXTRA <<< "${PUBLISH_EXTRA_ARGS:-}"
+RUN=("$ENGRAM_EVAL" run "$DATA" --cache-dir "$CACHE" --no-progress)
+if [ -n "${FORMAT:-}" ]; then RUN+=(--dataset-format "$FORMAT"); fi
+
+run_files() {
+  local b="$OUT/$1.jsonl" s
+  for s in "" .metadata.json .summary.json; do printf '%s\n' "$b$s" "$b.gz$s"; done
+}
+
+refuse_existing() {
+  local f first="" n=0
+  for f in "$@"; do
+    if [ -e "$f" ] || [ -L "$f" ]; then n=$((n + 1)); [ -n "$first" ] || first="$f"; fi
   done
+  if [ "$n" -ne 0 ]; then
+    echo "refusing to publish: $OUT already holds $n file(s) this script writes (e.g. $first); move or delete the old results first (nothing was run)" >&2
+    return 1
+  fi
+  mkdir -p "$OUT"
+}
+
+# The options of one run after the overrides: PUBLISH_RETRIEVER replaces --retriever X.
+_run_args() {
+  RUN_ARGS=()
+  local skip=0 a
+  for a in "$@"; do
+    if [ "$skip" -eq 1 ]; then skip=0; continue; fi
+    if [ -n "${PUBLISH_RETRIEVER:-}" ]; then
+      case "$a" in
+        --retriever) skip=1; continue;;
+        --retriever=*) continue;;
+      esac
+    fi
+    RUN_ARGS+=("$a")
+  done
+  if [ -n "${PUBLISH_RETRIEVER:-}" ]; then RUN_ARGS+=(--retriever "$PUBLISH_RETRIEVER"); fi
+  RUN_ARGS+=("${PUBLISH_EXTRA[@]}")
+}
+
+run() {
+  local name="$1"; shift
+  _run_args "$@"
+  echo "== $name: ${RUN_ARGS[*]}"
+  mkdir -p "$OUT"
+  "${RUN[@]}" --output "$OUT/$name.jsonl" "${RUN_ARGS[@]}" | tail -n 5
+}
+
+publish() {
+  local name="$1"
+  run "$@"
+  verify_all "$OUT/$name.jsonl"
+  "$ENGRAM_EVAL" compress "$OUT/$name.jsonl"
+}
+
+verify_all() {
+  local f out status n=0
+  if [ "$#" -eq 0 ]; then
+    shopt -s nullglob
+    set -- "$OUT"/*.jsonl "$OUT"/*.jsonl.gz
+    shopt -u nullglob
+  fi
+  if [ "$#" -eq 0 ]; then
+    echo "verify_all: no result files in $OUT" >&2
+    return 1
+  fi
+  for f in "$@"; do
+    status=0
+    out=$("$ENGRAM_EVAL" verify "$f" --dataset "$DATA" 2>&1) || status=$?
+    if [ "$status" -ne 0 ]; then
+      printf '%s\n' "$out" >&2
+      echo "verify_all: $f did not verify (exit status $status); stopping" >&2
+      return 1
+    fi
+    n=$((n + 1))
+    echo "verified $f"
+  done
+  echo "verify_all: $n result(s) verified"
 }

@@ -1,9 +1,13 @@
 #!/usr/bin/env python
 """Write a sidecar ``<file>.metadata.json`` for every derived file in a results directory
-(ablation tables, misses analyses, speed and dense-piece measurements), so every file in
-results/ carries its provenance: its own sha256, the script that generated it (and that
-script's sha256), the dataset hash, and the runs it was computed from (with fingerprints
-and summary/row hashes). Existing sidecars are refused, never overwritten.
+(ablation tables, misses analyses, dense-piece measurements), so every file in results/
+carries its provenance: its own sha256, the script that generated it (and that script's
+sha256), the dataset hash, and the runs it was computed from (with fingerprints and
+summary/row hashes). Runs may be plain (``X.jsonl``) or compressed (``X.jsonl.gz``).
+
+Files that already have a sidecar written by their generator (``engram-eval analyze``,
+``plot``, ``compare``) are checked (the recorded sha256 must match the file) and left as
+they are; any other existing sidecar is refused, never overwritten.
 
     python scripts/derived_sidecars.py results/longmemeval_s_dev
 """
@@ -19,33 +23,42 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engram_eval.io import exclusive_write, sha256_file  # noqa: E402
+from engram_eval.rows import rows_sha256  # noqa: E402
 
-GENERATORS = {
-    "ABLATIONS.md": ("scripts/ablation_table.py", "*.jsonl.summary.json"),
-    "MISSES_hybrid_default.md": ("scripts/misses.py", "hybrid_default.jsonl"),
-    "dense_pieces.json": ("benchmarks/longmemeval/dense_pieces.py", None),
-    "speed_default.json": ("benchmarks/longmemeval/speed.py", None),
-    "speed_fp32_first8.json": ("benchmarks/longmemeval/speed.py", None),
-    "speed_bf16_first8.json": ("benchmarks/longmemeval/speed.py", None),
+#: derived file -> (generator, glob patterns of its inputs in the same directory)
+GENERATORS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "ABLATIONS.md": ("scripts/ablation_table.py",
+                     ("*.jsonl.summary.json", "*.jsonl.gz.summary.json")),
+    "MISSES_hybrid_default.md": ("scripts/misses.py",
+                                 ("hybrid_default.jsonl", "hybrid_default.jsonl.gz")),
+    "dense_pieces.json": ("benchmarks/longmemeval/dense_pieces.py", ()),
 }
+RUN_SUFFIXES = (".jsonl", ".jsonl.gz")
 
 
 def is_run_file(p: Path) -> bool:
     n = p.name
-    return n.endswith((".jsonl", ".jsonl.metadata.json", ".jsonl.summary.json"))
+    return n.endswith(tuple(s + e for s in RUN_SUFFIXES
+                            for e in ("", ".metadata.json", ".summary.json")))
+
+
+def run_sidecars(d: Path) -> list[Path]:
+    return sorted([*d.glob("*.jsonl.metadata.json"), *d.glob("*.jsonl.gz.metadata.json")])
 
 
 def describe(path: Path) -> dict:
-    gen, pattern = GENERATORS[path.name]
+    gen, patterns = GENERATORS[path.name]
     inputs = []
-    if pattern:
-        for inp in sorted(path.parent.glob(pattern)):
-            run = Path(str(inp).removesuffix(".summary.json"))
-            side = json.loads(Path(str(run) + ".metadata.json").read_text())
-            inputs.append({"file": inp.name, "sha256": sha256_file(inp),
-                           "run_fingerprint": side["fingerprint"]})
+    for inp in sorted({q for pat in patterns for q in path.parent.glob(pat)}):
+        run = Path(str(inp).removesuffix(".summary.json"))
+        side = json.loads(Path(str(run) + ".metadata.json").read_text())
+        entry = {"file": inp.name, "sha256": sha256_file(inp),
+                 "run_fingerprint": side["fingerprint"]}
+        if inp == run:
+            entry["rows_sha256"] = rows_sha256(run)
+        inputs.append(entry)
     dataset = None
-    sides = sorted(path.parent.glob("*.jsonl.metadata.json"))
+    sides = run_sidecars(path.parent)
     if sides:
         dataset = json.loads(sides[0].read_text())["dataset"]
         dataset = {"name": dataset["name"], "sha256": dataset["sha256"]}
@@ -60,18 +73,39 @@ def describe(path: Path) -> dict:
             "note": "derived from the runs in this directory; see PROVENANCE.md for the command"}
 
 
+#: Files in results/ that document rather than measure: no sidecar needed.
+EXEMPT = ("PROVENANCE.md", "README.md")
+
+
+def is_exempt(p: Path) -> bool:
+    return p.name in EXEMPT or (p.name.startswith("README") and p.suffix == ".md")
+
+
 def main(directory: str) -> int:
+    """Check every file first; write the missing sidecars only when all are accounted for."""
     d = Path(directory)
+    todo: list[Path] = []
     for p in sorted(d.iterdir()):
-        if is_run_file(p) or p.name.endswith(".metadata.json"):
+        if p.is_dir() or is_run_file(p) or p.name.endswith(".metadata.json") or is_exempt(p):
+            continue
+        side = Path(str(p) + ".metadata.json")
+        if side.exists():
+            recorded = json.loads(side.read_text()).get("sha256")
+            if p.name in GENERATORS or recorded != sha256_file(p):
+                print(f"{side} already exists" + ("" if recorded == sha256_file(p) else
+                      f" and does not match {p.name}") + "; move the old sidecar away",
+                      file=sys.stderr)
+                return 1
+            print(f"kept {side} (written by its generator)")
             continue
         if p.name not in GENERATORS:
             print(f"unknown derived file {p}; add its generator to GENERATORS", file=sys.stderr)
             return 1
+        todo.append(p)
+    for p in todo:
         exclusive_write(str(p) + ".metadata.json", json.dumps(describe(p), indent=2) + "\n")
         print(f"wrote {p}.metadata.json")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1]))

@@ -1,18 +1,73 @@
 #!/usr/bin/env bash
-# Re-create the published LoCoMo10 evidence-session retrieval runs in results/locomo10/ and
-# verify them. Usage: scripts/publish_locomo.sh locomo10.json [CACHE_DIR]
-# (locomo10.json sha256 79fa87e9...; CC BY-NC 4.0). Existing outputs are refused.
+# Re-create the published LoCoMo10 evidence-session retrieval runs and verify them.
+#
+#   scripts/publish_locomo.sh DATA CACHE [OUTDIR]
+#
+# DATA: ../shared/data/locomo/locomo10.json (sha256 79fa87e9...; CC BY-NC 4.0). CACHE:
+# embedding cache directory (only changes speed). OUTDIR: default results/locomo10.
+# Relative paths are taken from the directory you call it from.
+#
+# Runs (each: `engram-eval run`, `verify --dataset`, `compress` -> RUN.jsonl.gz + sidecar
+# RUN.jsonl.gz.metadata.json + summary RUN.jsonl.gz.summary.json):
+#   bm25_only, dense_only, hybrid_default (package defaults), hybrid_temporal_flip (the
+#   defaults with the temporal step flipped: $TEMPORAL_FLIP_ARGS, default the opposite of the
+#   package default), flat_bm25
+# then: ABLATIONS.md, analyze_hybrid_default.json, curves_hybrid_default.png and
+# compare_hybrid_default_vs_bm25_only.{json,png} (paired, deltas = hybrid_default - bm25_only),
+# each with its .metadata.json sidecar. Refuses to start when OUTDIR already holds any of
+# these files: nothing is overwritten.
+#
+# Smoke-test overrides (see scripts/_publish_lib.sh): ENGRAM_EVAL, PUBLISH_PYTHON,
+# PUBLISH_RETRIEVER, PUBLISH_EXTRA_ARGS; TEMPORAL_FLIP_ARGS; PUBLISH_LABEL.
 set -euo pipefail
+if [ "$#" -lt 2 ] || [ "$#" -gt 3 ]; then
+  echo "usage: $0 DATA CACHE [OUTDIR]   (OUTDIR default results/locomo10)" >&2
+  exit 2
+fi
+here=$PWD
 cd "$(dirname "$0")/.."
-DATA="$1"
-CACHE="${2:-$HOME/.cache/engram-eval}"
-OUT=results/locomo10
-BENCH=benchmarks/locomo/run.py
+root=$PWD
+abspath() { case "$1" in /*) printf '%s\n' "$1";; *) if [ "$here" = "$root" ]; then printf '%s\n' "$1"; else printf '%s\n' "$here/$1"; fi;; esac; }
+DATA=$(abspath "$1")
+CACHE=$(abspath "$2")
+OUT=$(abspath "${3:-results/locomo10}")
+FORMAT=locomo
+LABEL="${PUBLISH_LABEL:-LoCoMo10, all 10 conversations (not held out: the data was looked at while building the retriever)}"
 # shellcheck source=scripts/_publish_lib.sh
 source scripts/_publish_lib.sh
-run bm25_only  --retriever bm25 --no-temporal --no-preserve-prior
-run dense_only --retriever dense --no-temporal --no-preserve-prior
-run hybrid_default
-verify_all
-.venv/bin/python scripts/ablation_table.py "$OUT" "LoCoMo10, all 10 conversations" > "$OUT/ABLATIONS.md"
-.venv/bin/python scripts/derived_sidecars.py "$OUT"
+
+RUNS=(bm25_only dense_only hybrid_default hybrid_temporal_flip flat_bm25)
+DERIVED=(ABLATIONS.md analyze_hybrid_default.json curves_hybrid_default.png
+         compare_hybrid_default_vs_bm25_only.json compare_hybrid_default_vs_bm25_only.png)
+
+planned=()
+for n in "${RUNS[@]}"; do while read -r f; do planned+=("$f"); done < <(run_files "$n"); done
+for d in "${DERIVED[@]}"; do planned+=("$OUT/$d" "$OUT/$d.metadata.json"); done
+refuse_existing "${planned[@]}"
+
+if [ -z "${TEMPORAL_FLIP_ARGS+x}" ]; then  # flip the package default's temporal step
+  default_temporal=$("$PUBLISH_PYTHON" -c 'from engram_eval.config import RunConfig; print(RunConfig().temporal)')
+  case "$default_temporal" in
+    True) TEMPORAL_FLIP_ARGS="--no-temporal";;
+    False) TEMPORAL_FLIP_ARGS="--temporal";;
+    *) echo "cannot read the package default of temporal ($default_temporal)" >&2; exit 1;;
+  esac
+fi
+read -r -a FLIP <<< "$TEMPORAL_FLIP_ARGS"
+
+publish bm25_only            --retriever bm25
+publish dense_only           --retriever dense
+publish hybrid_default
+publish hybrid_temporal_flip "${FLIP[@]}"
+publish flat_bm25            --retriever flat-bm25
+verify_all  # every compressed result again, against the dataset
+
+"$PUBLISH_PYTHON" scripts/ablation_table.py "$OUT" --label "$LABEL" --output "$OUT/ABLATIONS.md"
+"$ENGRAM_EVAL" analyze "$OUT/hybrid_default.jsonl.gz" --output "$OUT/analyze_hybrid_default.json" \
+  | tail -n 3
+"$ENGRAM_EVAL" plot "$OUT/hybrid_default.jsonl.gz" --output "$OUT/curves_hybrid_default.png"
+"$ENGRAM_EVAL" compare "$OUT/bm25_only.jsonl.gz" "$OUT/hybrid_default.jsonl.gz" \
+  --output "$OUT/compare_hybrid_default_vs_bm25_only.json" \
+  --plot "$OUT/compare_hybrid_default_vs_bm25_only.png" | tail -n 5
+"$PUBLISH_PYTHON" scripts/derived_sidecars.py "$OUT"
+echo "published: $OUT"

@@ -1,27 +1,89 @@
 #!/usr/bin/env bash
-# Re-create every published LongMemEval_S *development-split* result in results/longmemeval_s_dev/
-# and verify each one. Usage: scripts/publish_longmemeval_dev.sh DATA [CACHE_DIR]
-# DATA: longmemeval_s_cleaned.dev.json.gz (sha256 8aecf3b5...). Existing outputs are refused,
-# never overwritten: move old results away first. The cache only changes speed.
+# Re-create every published LongMemEval_S *development-split* result and verify each one.
+#
+#   scripts/publish_longmemeval_dev.sh DATA CACHE [OUTDIR]
+#
+# DATA: ../shared/data/longmemeval/longmemeval_s_cleaned.dev.json.gz (sha256 8aecf3b5...).
+# CACHE: embedding cache directory (only changes speed). OUTDIR: default
+# results/longmemeval_s_dev. Relative paths are taken from the directory you call it from.
+#
+# Runs (each: `engram-eval run`, `verify --dataset`, `compress` -> RUN.jsonl.gz + sidecar
+# RUN.jsonl.gz.metadata.json + summary RUN.jsonl.gz.summary.json):
+#   flat_bm25             --retriever flat-bm25 (the reference baseline)
+#   hybrid_default        package defaults
+#   dense_only            --retriever dense
+#   bm25_only             --retriever bm25
+#   hybrid_rrf_landed     the landed RRF defaults, stated explicitly (LANDED below)
+#   hybrid_temporal_flip  the defaults with the temporal step flipped ($TEMPORAL_FLIP_ARGS;
+#                         default: the opposite of the package default, `--temporal` when
+#                         the default has it off)
+# then: ABLATIONS.md (from the summaries), MISSES_hybrid_default.md, analyze_hybrid_default.json
+# and curves_hybrid_default.png (each with its .metadata.json sidecar), dense_pieces.json.
+# Refuses to start when OUTDIR already holds any of these files: nothing is overwritten.
+#
+# Smoke-test overrides (see scripts/_publish_lib.sh): ENGRAM_EVAL, PUBLISH_PYTHON,
+# PUBLISH_RETRIEVER, PUBLISH_EXTRA_ARGS; TEMPORAL_FLIP_ARGS; PUBLISH_LABEL (the dataset label
+# of ABLATIONS.md); PUBLISH_SKIP_DENSE_PIECES=1 skips dense_pieces.json.
 set -euo pipefail
+if [ "$#" -lt 2 ] || [ "$#" -gt 3 ]; then
+  echo "usage: $0 DATA CACHE [OUTDIR]   (OUTDIR default results/longmemeval_s_dev)" >&2
+  exit 2
+fi
+here=$PWD
 cd "$(dirname "$0")/.."
-DATA="$1"
-CACHE="${2:-$HOME/.cache/engram-eval}"
-OUT=results/longmemeval_s_dev
-BENCH=benchmarks/longmemeval/run.py
+root=$PWD
+abspath() { case "$1" in /*) printf '%s\n' "$1";; *) if [ "$here" = "$root" ]; then printf '%s\n' "$1"; else printf '%s\n' "$here/$1"; fi;; esac; }
+DATA=$(abspath "$1")
+CACHE=$(abspath "$2")
+OUT=$(abspath "${3:-results/longmemeval_s_dev}")
+FORMAT=longmemeval
+LABEL="${PUBLISH_LABEL:-development split of LongMemEval_S (not held out: the data was looked at while building the retriever)}"
 # shellcheck source=scripts/_publish_lib.sh
 source scripts/_publish_lib.sh
-run flat_bm25            --retriever flat-bm25
-run bm25_only            --retriever bm25 --no-temporal --no-preserve-prior
-run dense_only           --retriever dense --no-temporal --no-preserve-prior
-run hybrid_no_temporal   --no-temporal --no-preserve-prior
-run hybrid_temporal_no_prior --no-preserve-prior
-run hybrid_default
-# precision effect on the first 8 questions (bf16 autocast is ~5x slower than fp32 on these CPUs)
-run precision_fp32_first8 --limit 8
-run precision_bf16_first8 --limit 8 --embedding-precision bf16
-verify_all
-.venv/bin/python scripts/ablation_table.py "$OUT" "LongMemEval_S development split" > "$OUT/ABLATIONS.md"
-.venv/bin/python scripts/misses.py "$OUT/hybrid_default.jsonl" > "$OUT/MISSES_hybrid_default.md"
-.venv/bin/python benchmarks/longmemeval/dense_pieces.py "$DATA" --output "$OUT/dense_pieces.json" > /dev/null
-.venv/bin/python scripts/derived_sidecars.py "$OUT"
+
+LANDED=(--fusion rrf --normalisation minmax --rrf-k 60
+        --use-dense --use-bm25-user --use-bm25-assistant
+        --no-use-bm25-turn --no-use-bm25-prf --no-use-dense-rocchio
+        --weight-dense 1 --weight-bm25-user 1 --weight-bm25-assistant 0.5
+        --weight-bm25-turn 0 --weight-bm25-prf 0 --weight-dense-rocchio 0
+        --temporal --temporal-boost 1.25)
+RUNS=(flat_bm25 hybrid_default dense_only bm25_only hybrid_rrf_landed hybrid_temporal_flip)
+DERIVED=(ABLATIONS.md MISSES_hybrid_default.md analyze_hybrid_default.json
+         curves_hybrid_default.png)
+if [ "${PUBLISH_SKIP_DENSE_PIECES:-0}" != 1 ]; then DERIVED+=(dense_pieces.json); fi
+
+planned=()
+for n in "${RUNS[@]}"; do while read -r f; do planned+=("$f"); done < <(run_files "$n"); done
+for d in "${DERIVED[@]}"; do planned+=("$OUT/$d" "$OUT/$d.metadata.json"); done
+refuse_existing "${planned[@]}"
+
+if [ -z "${TEMPORAL_FLIP_ARGS+x}" ]; then  # flip the package default's temporal step
+  default_temporal=$("$PUBLISH_PYTHON" -c 'from engram_eval.config import RunConfig; print(RunConfig().temporal)')
+  case "$default_temporal" in
+    True) TEMPORAL_FLIP_ARGS="--no-temporal";;
+    False) TEMPORAL_FLIP_ARGS="--temporal";;
+    *) echo "cannot read the package default of temporal ($default_temporal)" >&2; exit 1;;
+  esac
+fi
+read -r -a FLIP <<< "$TEMPORAL_FLIP_ARGS"
+
+publish flat_bm25            --retriever flat-bm25
+publish hybrid_default
+publish dense_only           --retriever dense
+publish bm25_only            --retriever bm25
+publish hybrid_rrf_landed    "${LANDED[@]}"
+publish hybrid_temporal_flip "${FLIP[@]}"
+verify_all  # every compressed result again, against the dataset
+
+"$PUBLISH_PYTHON" scripts/ablation_table.py "$OUT" --label "$LABEL" --output "$OUT/ABLATIONS.md"
+"$PUBLISH_PYTHON" scripts/misses.py "$OUT/hybrid_default.jsonl.gz" \
+  --output "$OUT/MISSES_hybrid_default.md"
+"$ENGRAM_EVAL" analyze "$OUT/hybrid_default.jsonl.gz" --output "$OUT/analyze_hybrid_default.json" \
+  | tail -n 3
+"$ENGRAM_EVAL" plot "$OUT/hybrid_default.jsonl.gz" --output "$OUT/curves_hybrid_default.png"
+if [ "${PUBLISH_SKIP_DENSE_PIECES:-0}" != 1 ]; then
+  "$PUBLISH_PYTHON" benchmarks/longmemeval/dense_pieces.py "$DATA" \
+    --output "$OUT/dense_pieces.json" > /dev/null
+fi
+"$PUBLISH_PYTHON" scripts/derived_sidecars.py "$OUT"
+echo "published: $OUT"

@@ -96,3 +96,34 @@ def test_flat_bm25_empty_corpus_and_protocol_bits() -> None:
     assert r.describe()["tokenizer"] == "split(' ')"
     assert r.models() == []
     assert "engram_eval/retrieval/bm25.py" in r.source_modules()
+
+
+def test_flat_bm25_scores_speaker_name_corpora() -> None:
+    """LoCoMo turns carry speakers' names as roles: every turn is user text there (the one
+    rule in engram_eval.data.records.has_chat_roles), so scores are not all zero."""
+    sessions = [Session(f"c:s{i}", "1:56 pm on 8 May, 2023",
+                        (Turn("Caroline", text, 0), Turn("Melanie", "nice one", 1)))
+                for i, text in enumerate(["we talked about pottery classes",
+                                          "Caroline went hiking in the mountains",
+                                          "a chat about painting sunsets"])]
+    r = FlatBM25()
+    r.index(sessions)
+    q = Question("q", "4", "Where did Caroline go hiking", "", "", tuple(sessions), ())
+    ranking = r.rank(q)
+    assert ranking.session_ids[0] == "c:s1" and ranking.scores[0] > 0
+    corpus = [f"{s.turns[0].content} {s.turns[1].content}".split(" ") for s in sessions]
+    want = BM25Okapi(corpus).get_scores(q.question.split(" "))
+    assert sorted(ranking.scores, reverse=True) == sorted(want.tolist(), reverse=True)
+    from engram_eval.data.records import has_chat_roles
+
+    assert not has_chat_roles(sessions)
+
+
+def test_chat_roles_are_decided_per_corpus() -> None:
+    from engram_eval.data.records import has_chat_roles, user_document
+
+    chat = Session("a", "", (Turn("user", "hi there", 0), Turn("assistant", "hello", 1)))
+    odd = Session("b", "", (Turn("system", "setup", 0),))
+    assert has_chat_roles([chat, odd]) and not has_chat_roles([odd])
+    # in a chat corpus a session without user turns has no user text
+    assert user_document(odd, True) == "" and user_document(odd, False) == "setup"

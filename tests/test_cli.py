@@ -41,7 +41,7 @@ def _restore_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # -- the LongMemEval script ------------------------------------------------------------------
-def test_longmemeval_script_prints_three_labelled_tables(tmp_path: Path) -> None:
+def test_longmemeval_script_prints_four_labelled_tables(tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     p = script(LME_SCRIPT, LME, "--retriever", "flat-bm25", "--output", out, "--no-progress",
                cwd=tmp_path)
@@ -50,12 +50,14 @@ def test_longmemeval_script_prints_three_labelled_tables(tmp_path: Path) -> None
     assert f"fingerprint {meta['fingerprint']}" in p.stdout
     assert f"sha256 {meta['dataset']['sha256']}" in p.stdout
     heads = re.findall(r"^protocol=(\w+)  n=(\d+)  skipped=(\d+)$", p.stdout, re.M)
-    assert heads == [("answerable", "10", "2"), ("official", "9", "3"), ("all", "12", "0")]
+    assert heads == [("answerable", "10", "2"), ("official", "10", "2"),
+                     ("official_nonempty_gold", "9", "3"), ("all", "12", "0")]
     denoms = re.findall(r"^  denominator: (.+)$", p.stdout, re.M)
-    assert len(denoms) == 3
-    assert "excluding _abs" in denoms[0] and "has_answer" in denoms[1]
-    assert "every question" in denoms[2]
-    assert p.stdout.count("\noverall ") == 3
+    assert len(denoms) == 4
+    assert "excluding _abs" in denoms[0] and "reference printer" in denoms[1]
+    assert "no gold skipped" in denoms[2]
+    assert "every question" in denoms[3]
+    assert p.stdout.count("\noverall ") == 4
     assert "wrote 12 row(s)" in p.stdout
     assert meta["retriever"]["retriever"] == "flat-bm25"
     assert summary_path(out).is_file()

@@ -247,7 +247,8 @@ def test_temporal_multiplier_applied_once_per_session(base_config: RunConfig) ->
     assert t["s_skillet"]["final_score"] < t["s_skillet"]["fused"] * 1.5 * 1.5 - 1e-9
     off = run(base_config.replace(temporal=False), question("What did I buy 3 weeks ago?"))[1]
     assert all(s.trace["temporal"] == 1.0 for s in off.results)
-    assert r.question_trace(question("What did I buy?")) == {"time_window": None}
+    qt = r.question_trace(question("What did I buy?"))
+    assert qt["time_window"] is None and qt["temporal_status"] == "no_expression"
 
 
 # --------------------------------------------------------------------------- rerank
@@ -282,9 +283,11 @@ def test_fusion_alpha_blend_and_non_candidates(rerank_config: RunConfig) -> None
         prior = 1.0 - (t["prior_rank"] - 1) / 4
         want = ((1 - 0.3) * sigmoid(t["raw_score"]) + 0.3 * prior) * t["temporal"]
         assert s.score == pytest.approx(want, rel=1e-12)
+    top_rest = max(t["fused"] * t["temporal"] for t in (s.trace for s in others))
     for s in others:
         t = s.trace
-        assert s.score == pytest.approx(t["fused"] * t["temporal"] - 1.0)
+        assert s.score == pytest.approx(t["fused"] * t["temporal"] - top_rest - 1.0)
+        assert t["rerank_rank"] is None
         assert t["raw_score"] == pytest.approx(t["fused"])
         assert "base_raw_score" not in t
     # reranked candidates always come first
@@ -325,9 +328,15 @@ def test_prior_coverage_moves_leader_into_window(rerank_config: RunConfig) -> No
     assert ids == expected
     assert traces(covered)[leader]["moved_by_coverage"] is True
     assert sum(1 for s in covered.results if s.trace.get("moved_by_coverage")) == 1
-    # scores are unchanged: only positions move
-    assert {s.session_id: s.score for s in covered.results} == {
-        s.session_id: s.score for s in plain.results}
+    # every other score is unchanged; the moved session gets a score between its new
+    # neighbours, so scores stay non-increasing down the ranking
+    before = {s.session_id: s.score for s in plain.results}
+    after = {s.session_id: s.score for s in covered.results}
+    assert {k: v for k, v in after.items() if k != leader} == {
+        k: v for k, v in before.items() if k != leader}
+    assert covered.scores == sorted(covered.scores, reverse=True)
+    assert covered.scores[result_k - 2] >= after[leader] >= covered.scores[result_k]
+    assert traces(covered)[leader]["pre_coverage_score"] == before[leader]
     # a window that already holds the leader changes nothing
     _, wide = run(cfg.replace(preserve_prior=True, result_k=pos + 1), q)
     assert wide.session_ids == plain.session_ids
@@ -348,7 +357,7 @@ def test_passage_fallback_traces(rerank_config: RunConfig) -> None:
     with_passage = 0
     for s in ranking.results:
         t = s.trace
-        doc = rerank_document(by_id[s.session_id])
+        doc = rerank_document(by_id[s.session_id], True)
         excerpt = select_excerpt(q.question, doc, max_words=cfg.passage_max_words)
         if excerpt is None:
             assert "passage" not in t
@@ -379,19 +388,41 @@ def test_variants_describe_disabled_signals(base_config: RunConfig) -> None:
     dense = make_dense_only(base_config)
     d = dense.describe()
     assert d["retriever"] == "dense" and dense.name == "dense"
-    assert d["use_dense"] is True and d["use_bm25_user"] is False
-    assert d["use_bm25_assistant"] is False and "dense" in d
+    assert d["signals"] == ["dense"]
+    assert d["dense"]["use_dense"] is True and d["lexical"]["use_bm25_user"] is False
+    assert d["lexical"]["use_bm25_assistant"] is False and "embedding_model" in d["dense"]
     bm25 = make_bm25_only(base_config)
     d = bm25.describe()
     assert d["retriever"] == "bm25"
-    assert d["use_dense"] is False and "dense" not in d
-    assert d["use_bm25_user"] is True and d["use_bm25_assistant"] is True
+    # describe() agrees with the effective settings: use_dense false, no embedding model
+    assert bm25.settings.use_dense is False
+    assert d["dense"] == {"use_dense": False, "use_dense_rocchio": False}
+    assert d["signals"] == ["bm25_user", "bm25_assistant"]
+    assert d["lexical"]["use_bm25_user"] is True and d["lexical"]["use_bm25_assistant"] is True
     assert bm25.models() == []
-    assert "reranker" not in d and d["rerank"] is False
+    assert d["rerank"] == {"rerank": False}
     h = make_hybrid(base_config).describe()
-    assert h["use_dense"] and h["use_bm25_user"] and h["use_bm25_assistant"]
-    assert h["weights"] == {"dense": 1.0, "bm25_user": 1.0, "bm25_assistant": 0.5}
+    assert h["signals"] == ["dense", "bm25_user", "bm25_assistant"]
+    assert (h["lexical"]["bm25_k1"], h["lexical"]["bm25_b"]) == (1.5, 0.75)
+    assert h["fusion"]["fusion"] == "rrf" and h["fusion"]["rrf_k"] == 60.0
+    assert (h["fusion"]["weight_dense"], h["fusion"]["weight_bm25_user"],
+            h["fusion"]["weight_bm25_assistant"]) == (1.0, 1.0, 0.5)
     assert isinstance(base.create("bm25", base_config), HybridRetriever)
+
+
+def test_describe_is_derived_from_settings(base_config: RunConfig) -> None:
+    """Every fingerprinted retrieval setting appears in describe(); none is hand-copied."""
+    from dataclasses import fields
+
+    from engram_eval.retrieval.settings import RetrievalSettings
+
+    r = make_hybrid(base_config.replace(rerank=False, bm25_k1=1.2, bm25_b=0.6))
+    d = r.describe()
+    flat = {k: v for g in d.values() if isinstance(g, dict) for k, v in g.items()}
+    for f in fields(RetrievalSettings):
+        if f.metadata["fingerprint"] and f.metadata["group"] != "rerank":
+            assert flat[f.name] == getattr(r.settings, f.name), f.name
+    assert (flat["bm25_k1"], flat["bm25_b"]) == (1.2, 0.6)
 
 
 def test_variants_rank(base_config: RunConfig) -> None:
@@ -412,14 +443,14 @@ def test_no_signal_is_a_config_error(base_config: RunConfig) -> None:
 
 def test_rerank_config_describes_reranker(rerank_config: RunConfig) -> None:
     d = make_hybrid(rerank_config).describe()
-    assert d["reranker"]["candidates"] == 100
-    assert d["reranker"]["passage_floor"] == 0.001 and d["reranker"]["fusion_alpha"] == 0.0
+    assert d["rerank"]["rerank_candidates"] == 100
+    assert d["rerank"]["passage_floor"] == 0.001 and d["rerank"]["fusion_alpha"] == 0.0
 
 
 def test_flag_embedding_backend_in_hybrid(base_config: RunConfig) -> None:
     cfg = base_config.replace(embedding_backend="flag_embedding")
     r, ranking = run(cfg, question("What breed is the puppy I adopted?"))
-    assert r.describe()["dense"]["backend"] == "flag_embedding"
+    assert r.describe()["dense"]["embedding_backend"] == "flag_embedding"
     assert any(s.trace["dense_rank"] is not None for s in ranking.results)
 
 
@@ -445,3 +476,155 @@ def test_corpus_without_user_roles_uses_every_turn(tmp_path) -> None:
     assert ranking.session_ids[0] == "s2"
     assert ranking.results[0].trace["bm25_user_rank"] == 1
     assert ranking.results[0].trace.get("bm25_assistant_rank") is None
+
+
+# --------------------------------------------------------------------------- ordering, coverage
+
+
+@pytest.mark.parametrize("changes", [
+    {"rrf_k": 0.0, "weight_bm25_user": 3.0},
+    {"rrf_k": 0.0, "weight_dense": 10.0, "weight_bm25_user": 10.0,
+     "weight_bm25_assistant": 10.0},
+    {"fusion": "convex", "normalisation": "minmax", "weight_bm25_user": 10.0},
+    {"fusion": "convex", "normalisation": "zscore", "weight_dense": 10.0},
+])
+@pytest.mark.parametrize("preserve", [False, True])
+def test_reranked_sessions_always_precede_the_rest(rerank_config: RunConfig, changes: dict,
+                                                   preserve: bool) -> None:
+    cfg = rerank_config.replace(rerank_candidates=3, temporal_boost=10.0, result_k=2,
+                                preserve_prior=preserve, **changes)
+    for text in ("What did I buy 3 weeks ago?", "Which cast iron skillet did I buy?"):
+        _, ranking = run(cfg, question(text))
+        flags = [s.trace["reranked"] for s in ranking.results]
+        moved = [s.trace.get("moved_by_coverage", False) for s in ranking.results]
+        if not any(moved):
+            assert flags == sorted(flags, reverse=True), flags
+        assert sum(flags) == 3
+        # scores agree with the ranking, at the parameter bounds too
+        assert ranking.scores == sorted(ranking.scores, reverse=True)
+        for s in ranking.results:
+            if not s.trace["reranked"]:
+                assert s.score <= -1.0
+
+
+def test_coverage_runs_only_after_a_rerank(base_config: RunConfig) -> None:
+    # the fused leader (s_puppy, outside the window) is pushed to rank 3 by a large boost;
+    # without a rerank the final ranking is the post-temporal prior ranking: nothing moves
+    cfg = base_config.replace(temporal_boost=10.0, preserve_prior=True, result_k=2)
+    _, ranking = run(cfg, question("What breed is the puppy I adopted 3 weeks ago?"))
+    t = traces(ranking)
+    assert not any(s.trace.get("moved_by_coverage") for s in ranking.results)
+    assert ranking.session_ids.index("s_puppy") >= 2
+    assert t["s_puppy"]["fused_rank"] == 1 and t["s_puppy"]["temporal_rank"] >= 3
+    assert [s.trace["temporal_rank"] for s in ranking.results] == list(
+        range(1, len(SESSIONS) + 1))
+    assert ranking.scores == sorted(ranking.scores, reverse=True)
+
+
+def test_coverage_keeps_the_post_temporal_leader(rerank_config: RunConfig) -> None:
+    q = question("What breed is the puppy I adopted 3 weeks ago?")
+    for boost in (1.0, 10.0):
+        for k in range(2, 6):
+            cfg = rerank_config.replace(temporal_boost=boost, result_k=k)
+            _, plain = run(cfg.replace(preserve_prior=False), q)
+            _, covered = run(cfg, q)
+            leader = next(s.session_id for s in plain.results if s.trace["temporal_rank"] == 1)
+            assert leader in covered.session_ids[:k]
+            moved = [s.session_id for s in covered.results if s.trace.get("moved_by_coverage")]
+            assert moved == ([] if leader in plain.session_ids[:k] else [leader])
+            assert covered.scores == sorted(covered.scores, reverse=True)
+
+
+# --------------------------------------------------------------------------- trace contract
+
+SESSION_KEYS = {"corpus_index", "fused", "fused_rank", "prior_rank", "temporal", "in_window",
+                "temporal_rank", "reranked", "rerank_rank", "raw_score", "final_score"}
+
+
+def test_trace_contract(rerank_config: RunConfig) -> None:
+    cfg = rerank_config.replace(use_bm25_turn=True, use_bm25_prf=True, use_dense_rocchio=True,
+                                rerank_candidates=4)
+    q = question("What did I buy 3 weeks ago?")
+    r, ranking = run(cfg, q)
+    names = ["dense", "bm25_user", "bm25_assistant", "bm25_turn", "bm25_prf", "dense_rocchio"]
+    qt = r.question_trace(q)
+    assert qt["signals"] == names
+    assert qt["fusion"] == {"method": "rrf", "normalisation": "minmax", "k": 60.0,
+                            "weights": {"dense": 1.0, "bm25_user": 1.0,
+                                        "bm25_assistant": 0.5, "bm25_turn": 0.0,
+                                        "bm25_prf": 0.0, "dense_rocchio": 0.0}}
+    assert qt["temporal_status"] == "window" and qt["time_window"]["kind"] == "ago"
+    assert qt["feedback"]["source"] == "dense" and len(qt["feedback"]["sessions"]) == 1
+    for s in ranking.results:
+        t = s.trace
+        assert SESSION_KEYS <= set(t), SESSION_KEYS - set(t)
+        for name in names:
+            assert name in t and name + "_rank" in t
+        assert t["final_score"] == s.score
+        assert q.sessions[t["corpus_index"]].session_id == s.session_id
+        assert (t["rerank_rank"] is None) == (not t["reranked"])
+    ranks = sorted(s.trace["rerank_rank"] for s in ranking.results if s.trace["reranked"])
+    assert ranks == [1, 2, 3, 4]
+    for key in ("fused_rank", "temporal_rank"):
+        assert sorted(s.trace[key] for s in ranking.results) == list(range(1, 11))
+
+
+def test_zero_weight_signals_are_traced_but_do_not_change_the_ranking(
+        base_config: RunConfig) -> None:
+    q = question("Which cast iron skillet did I buy?")
+    _, plain = run(base_config, q)
+    _, extra = run(base_config.replace(use_bm25_turn=True, use_bm25_prf=True,
+                                       use_dense_rocchio=True), q)
+    assert plain.session_ids == extra.session_ids and plain.scores == extra.scores
+    assert all("bm25_prf" in s.trace for s in extra.results)
+
+
+def test_turn_bm25_is_the_best_turn(base_config: RunConfig) -> None:
+    from engram_eval.retrieval.bm25 import BM25Index
+
+    cfg = base_config.replace(use_bm25_turn=True, weight_bm25_turn=1.0)
+    q = question("Which cast iron skillet did I buy?")
+    _, ranking = run(cfg, q)
+    turns = [(si, t.content) for si, s in enumerate(SESSIONS) for t in s.turns
+             if t.role == "user"]
+    idx = BM25Index([c for _, c in turns], k1=cfg.bm25_k1, b=cfg.bm25_b)
+    scores = idx.scores(q.question)
+    for s in ranking.results:
+        si = s.trace["corpus_index"]
+        want = max([float(scores[j]) for j, (k, _) in enumerate(turns) if k == si] + [0.0])
+        assert s.trace["bm25_turn"] == pytest.approx(want, rel=1e-12)
+        assert (s.trace["bm25_turn_rank"] is None) == (want <= 0)
+
+
+def test_prf_expands_the_question_with_feedback_terms(base_config: RunConfig) -> None:
+    from engram_eval.retrieval.bm25 import BM25Index, tokenize
+    from engram_eval.retrieval.feedback import expansion_terms
+
+    cfg = base_config.replace(use_bm25_prf=True, weight_bm25_prf=1.0, feedback_source="bm25_user",
+                              prf_terms=3)
+    q = question("Which skillet did I buy?")
+    r, ranking = run(cfg, q)
+    fb = r.question_trace(q)["feedback"]
+    top = next(s for s in ranking.results if s.trace["bm25_user_rank"] == 1)
+    assert fb["source"] == "bm25_user" and fb["sessions"] == [top.session_id]
+    idx = BM25Index([s.user_text for s in SESSIONS], k1=cfg.bm25_k1, b=cfg.bm25_b)
+    terms = expansion_terms(tokenize(q.question), [idx.tokens[top.trace["corpus_index"]]],
+                            idx.idf, 3)
+    assert fb["terms"] == terms and len(terms) == 3
+    want = idx.scores_tokens(tokenize(q.question) + terms)
+    for s in ranking.results:
+        assert s.trace["bm25_prf"] == pytest.approx(float(want[s.trace["corpus_index"]]))
+
+
+def test_settings_are_validated_when_a_retriever_is_built_directly() -> None:
+    from types import SimpleNamespace
+
+    from engram_eval.retrieval.settings import RetrievalSettings
+
+    with pytest.raises(ConfigError, match="dense_piece_overlap"):
+        HybridRetriever(RetrievalSettings(dense_piece_words=16, dense_piece_overlap=16))
+    with pytest.raises(ConfigError, match="dense_piece_overlap"):
+        HybridRetriever(SimpleNamespace(**{**RetrievalSettings().__dict__,
+                                           "dense_piece_overlap": 200}))
+    with pytest.raises(ConfigError, match="dense_piece_overlap"):
+        make_hybrid(RunConfig(dense_piece_overlap=128))

@@ -132,7 +132,8 @@ def test_first_record(dataset: LocomoDataset) -> None:
     assert q.question_type == "4"
     assert q.question == "What instrument did Maya start learning?"
     assert q.answer == "The cello"
-    assert q.question_date == "4:40 pm on 2 April, 2023"
+    assert q.question_date == ""  # LoCoMo gives no question date; none is invented
+    assert q.get_extra("last_session_date") == "4:40 pm on 2 April, 2023"
     assert q.sessions == dataset.conversations[0].sessions
     assert q.answer_session_ids == ("tiny-1:session_1",)
     assert q.extra == (
@@ -141,6 +142,7 @@ def test_first_record(dataset: LocomoDataset) -> None:
         ("conversation_id", "tiny-1"),
         ("evidence", ("D1:3",)),
         ("evidence_dia_ids", ("D1:3",)),
+        ("last_session_date", "4:40 pm on 2 April, 2023"),
     )
 
 
@@ -177,7 +179,8 @@ def test_last_record(dataset: LocomoDataset) -> None:
     assert q.get_extra("evidence") == ("D4:1",)
     assert q.get_extra("evidence_dia_ids") == ()
     assert q.get_extra("conversation_id") == "tiny-2"
-    assert q.question_date == "2:15 pm on 10 June, 2023"
+    assert q.question_date == ""
+    assert q.get_extra("last_session_date") == "2:15 pm on 10 June, 2023"
     assert q.sessions == dataset.conversations[1].sessions
 
 
@@ -200,7 +203,7 @@ def test_sessions_ordered_numerically(tmp_path: Path, raw: list[dict[str, Any]])
     assert [s.session_id.split(":")[1] for s in ds.conversations[0].sessions] == [
         f"session_{n}" for n in range(1, 11)
     ]
-    assert ds.questions[0].question_date == "1:00 pm on 10 May, 2023"
+    assert ds.questions[0].get_extra("last_session_date") == "1:00 pm on 10 May, 2023"
 
 
 def test_gzip_input(tmp_path: Path, dataset: LocomoDataset) -> None:

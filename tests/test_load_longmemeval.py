@@ -34,6 +34,12 @@ def _write(tmp_path: Path, data: Any, name: str = "bad.json") -> Path:
     return path
 
 
+def _write_gz(tmp_path: Path, data: Any, name: str = "bad.json.gz") -> Path:
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(json.dumps(data).encode("utf-8")))
+    return path
+
+
 def _error(path: Path) -> DataError:
     with pytest.raises(DataError) as info:
         load_longmemeval(path)
@@ -305,13 +311,69 @@ def test_first_bad_record_in_file_order_wins(tmp_path: Path, raw: list[dict[str,
     _assert_names(err, path, "question_id=lme_t03 (index 2)", "question_date")
 
 
-def test_iter_raises_before_yielding(tmp_path: Path, raw: list[dict[str, Any]]) -> None:
-    raw[-1]["haystack_dates"] = "2023/05/01"
-    path = _write(tmp_path, raw)
-    it = iter_longmemeval(path)
+def test_iter_streams_then_fails_on_a_corrupt_record_with_the_in_memory_message(
+        tmp_path: Path, raw: list[dict[str, Any]]) -> None:
+    """The streamed reader yields the good records before a corrupt one, then raises exactly
+    the error the in-memory loader raises for the whole file (plain and gzipped)."""
+    raw[6]["haystack_dates"] = "2023/05/01"
+    for path in (_write(tmp_path, raw), _write_gz(tmp_path, raw)):
+        whole = _error(path)
+        got = []
+        with pytest.raises(DataError) as info:
+            for q in iter_longmemeval(path):
+                got.append(q.question_id)
+        assert got == [r["question_id"] for r in raw[:6]]
+        assert str(info.value) == str(whole)
+        _assert_names(info.value, path, "question_id=lme_t07 (index 6)", "haystack_dates")
+
+
+def test_iter_matches_the_in_memory_loader_plain_and_gzipped(
+        tmp_path: Path, raw: list[dict[str, Any]]) -> None:
+    plain = _write(tmp_path, raw)
+    gz = _write_gz(tmp_path, raw)
+    whole = load_longmemeval(plain).questions
+    assert tuple(iter_longmemeval(plain)) == whole
+    assert tuple(iter_longmemeval(gz)) == whole
+    # numbers stay numbers of the same type (ijson would give Decimal without use_float)
+    raw[0]["answer"] = 2.5
+    p2 = _write(tmp_path, raw, name="num.json")
+    assert next(iter(iter_longmemeval(p2))).answer == load_longmemeval(p2).questions[0].answer
+
+
+@pytest.mark.parametrize("bad", ['{"a": 1}', '"text"', "[1, 2", ""])
+def test_iter_bad_top_level_gives_the_in_memory_message(tmp_path: Path, bad: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(bad, encoding="utf-8")
+    whole = _error(path)
     with pytest.raises(DataError) as info:
-        next(it)
-    _assert_names(info.value, path, "question_id=lme_t12 (index 11)", "haystack_dates")
+        list(iter_longmemeval(path))
+    if bad == "[1, 2":  # the stream reaches the first record before the syntax error
+        assert "index 0" in str(info.value) or "not valid JSON" in str(info.value)
+    else:
+        assert str(info.value) == str(whole)
+
+
+def test_iter_memory_does_not_grow_with_the_file(tmp_path: Path,
+                                                 raw: list[dict[str, Any]]) -> None:
+    """Peak traced memory while streaming 8x the records stays near that of 1x (a loader
+    that parses the file whole would need about 8x)."""
+    import tracemalloc
+
+    def peak(n_copies: int) -> int:
+        recs = []
+        for c in range(n_copies):
+            for r in raw:
+                recs.append({**r, "question_id": f"{r['question_id']}_c{c}"})
+        path = _write(tmp_path, recs, name=f"big{n_copies}.json")
+        tracemalloc.start()
+        n = sum(1 for _ in iter_longmemeval(path))
+        _, top = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert n == len(recs)
+        return top
+
+    small, big = peak(4), peak(32)
+    assert big < 2 * small, (small, big)
 
 
 def test_missing_file(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -12,8 +13,11 @@ from engram_eval.metrics import KS, question_metrics
 from engram_eval.protocols import (
     LONGMEMEVAL_PROTOCOLS,
     ProtocolSummary,
+    entry_counts,
     format_table,
     gold_for,
+    reference_corpus_id,
+    reference_gold,
     score_question,
     summarize,
     summary_to_json,
@@ -64,34 +68,34 @@ def _question(
 Q_USER = _question(
     "q_user",
     "single-session-user",
-    (_session("h1"), _session("ans_1", user_answer=True), _session("h2")),
-    ("ans_1",),
+    (_session("h1"), _session("answer_1", user_answer=True), _session("h2")),
+    ("answer_1",),
 )
 # single-session-assistant: evidence only on the assistant turn
 Q_SSA = _question(
     "q_ssa",
     "single-session-assistant",
-    (_session("h1"), _session("ans_2", assistant_answer=True), _session("h2")),
-    ("ans_2",),
+    (_session("h1"), _session("answer_2", assistant_answer=True), _session("h2")),
+    ("answer_2",),
 )
 # multi-session: one answer session with user evidence, one without, one listed twice
 Q_MULTI = _question(
     "q_multi",
     "multi-session",
     (
-        _session("ans_a", user_answer=True),
+        _session("answer_a", user_answer=True),
         _session("h1"),
-        _session("ans_b", assistant_answer=True),
-        _session("ans_c", user_answer=True),
+        _session("answer_b", assistant_answer=True),
+        _session("answer_c", user_answer=True),
     ),
-    ("ans_c", "ans_a", "ans_b", "ans_a"),
+    ("answer_c", "answer_a", "answer_b", "answer_a"),
 )
 # abstention
 Q_ABS = _question(
     "q_user_abs",
     "single-session-user",
-    (_session("h1"), _session("ans_9", user_answer=True)),
-    ("ans_9",),
+    (_session("h1"), _session("answer_9", user_answer=True)),
+    ("answer_9",),
 )
 # answer id listed but missing from the haystack
 Q_MISSING = _question(
@@ -105,7 +109,7 @@ Q_NONE = _question("q_none", "temporal-reasoning", (_session("h1"),), ())
 
 
 def test_protocol_names() -> None:
-    assert LONGMEMEVAL_PROTOCOLS == ("answerable", "official", "all")
+    assert LONGMEMEVAL_PROTOCOLS == ("answerable", "official", "official_nonempty_gold", "all")
 
 
 def test_unknown_protocol() -> None:
@@ -117,34 +121,42 @@ def test_unknown_protocol() -> None:
 
 def test_user_evidence_question_in_every_protocol() -> None:
     for p in LONGMEMEVAL_PROTOCOLS:
-        assert gold_for(Q_USER, p) == ("ans_1",)
+        assert gold_for(Q_USER, p) == ("answer_1",)
 
 
 def test_ssa_question_answerable_not_official() -> None:
-    assert gold_for(Q_SSA, "answerable") == ("ans_2",)
-    assert gold_for(Q_SSA, "official") is None
-    assert gold_for(Q_SSA, "all") == ("ans_2",)
+    assert gold_for(Q_SSA, "answerable") == ("answer_2",)
+    # relabelled noans: no gold left; official keeps the question (scored 0/1/0), the
+    # _nonempty_gold view skips it
+    assert gold_for(Q_SSA, "official") == ()
+    assert gold_for(Q_SSA, "official_nonempty_gold") is None
+    assert gold_for(Q_SSA, "all") == ("answer_2",)
 
 
 def test_multi_session_gold() -> None:
-    assert gold_for(Q_MULTI, "answerable") == ("ans_c", "ans_a", "ans_b")
-    assert gold_for(Q_MULTI, "all") == ("ans_c", "ans_a", "ans_b")
-    # ans_b has has_answer only on an assistant turn -> relabelled noans by the reference
-    assert gold_for(Q_MULTI, "official") == ("ans_c", "ans_a")
+    assert gold_for(Q_MULTI, "answerable") == ("answer_c", "answer_a", "answer_b")
+    assert gold_for(Q_MULTI, "all") == ("answer_c", "answer_a", "answer_b")
+    # answer_b has has_answer only on an assistant turn -> relabelled noans by the reference
+    # reference gold: haystack order, each id once
+    assert gold_for(Q_MULTI, "official") == ("answer_a", "answer_c")
+    assert gold_for(Q_MULTI, "official_nonempty_gold") == ("answer_a", "answer_c")
 
 
 def test_abstention_only_in_all() -> None:
     assert gold_for(Q_ABS, "answerable") is None
     assert gold_for(Q_ABS, "official") is None
-    assert gold_for(Q_ABS, "all") == ("ans_9",)
+    assert gold_for(Q_ABS, "official_nonempty_gold") is None
+    assert gold_for(Q_ABS, "all") == ("answer_9",)
 
 
 def test_missing_and_empty_gold() -> None:
     assert gold_for(Q_MISSING, "answerable") == ("ghost",)
-    assert gold_for(Q_MISSING, "official") is None
+    assert gold_for(Q_MISSING, "official") == ()
+    assert gold_for(Q_MISSING, "official_nonempty_gold") is None
     assert gold_for(Q_MISSING, "all") == ("ghost",)
     assert gold_for(Q_NONE, "answerable") is None
-    assert gold_for(Q_NONE, "official") is None
+    assert gold_for(Q_NONE, "official") == ()
+    assert gold_for(Q_NONE, "official_nonempty_gold") is None
     assert gold_for(Q_NONE, "all") == ()
 
 
@@ -163,10 +175,14 @@ def test_locomo_protocol() -> None:
 
 
 def test_score_question() -> None:
-    ranking = ["h1", "ans_b", "ans_a", "h2", "ans_c"]
-    assert score_question(Q_SSA, ranking, "official") is None
+    ranking = ["h1", "answer_b", "answer_a", "h2", "answer_c"]
+    assert score_question(Q_SSA, ranking, "official_nonempty_gold") is None
+    no_gold = score_question(Q_SSA, ranking, "official")
+    assert no_gold == question_metrics((), ranking)
+    assert (no_gold["recall_any@5"], no_gold["recall_all@5"], no_gold["ndcg_any@5"]) == (
+        0.0, 1.0, 0.0)
     row = score_question(Q_MULTI, ranking, "official", ks=(1, 3))
-    assert row == question_metrics(("ans_c", "ans_a"), ranking, (1, 3))
+    assert row == question_metrics(("answer_c", "answer_a"), ranking, (1, 3))
     assert row is not None
     assert row["ndcg_any@3"] == pytest.approx(
         (1 / math.log2(3)) / (1 + 1 / math.log2(2))
@@ -179,10 +195,10 @@ def test_score_question() -> None:
 
 QUESTIONS = (Q_USER, Q_SSA, Q_MULTI, Q_ABS, Q_MISSING, Q_NONE)
 RANKINGS = {
-    "q_user": ["ans_1", "h1", "h2"],
-    "q_ssa": ["h1", "ans_2", "h2"],
-    "q_multi": ["h1", "ans_b", "ans_a", "ans_c"],
-    "q_user_abs": ["h1", "ans_9"],
+    "q_user": ["answer_1", "h1", "h2"],
+    "q_ssa": ["h1", "answer_2", "h2"],
+    "q_multi": ["h1", "answer_b", "answer_a", "answer_c"],
+    "q_user_abs": ["h1", "answer_9"],
     "q_missing": ["h2", "h1"],
     "q_none": ["h1"],
 }
@@ -202,20 +218,28 @@ def _per_question(protocol: str) -> list[tuple[str, str, dict[str, float] | None
 def test_summaries_counts() -> None:
     answerable = summarize(_per_question("answerable"), "answerable")
     official = summarize(_per_question("official"), "official")
+    nonempty = summarize(_per_question("official_nonempty_gold"), "official_nonempty_gold")
     everything = summarize(_per_question("all"), "all")
     # answerable: user, ssa, multi, missing
     assert (answerable.n, answerable.n_skipped) == (4, 2)
-    # official: user, multi
-    assert (official.n, official.n_skipped) == (2, 4)
+    # official: every non-_abs question (user, ssa, multi, missing, none)
+    assert (official.n, official.n_skipped) == (5, 1)
+    # official_nonempty_gold: user, multi
+    assert (nonempty.n, nonempty.n_skipped) == (2, 4)
     assert (everything.n, everything.n_skipped) == (6, 0)
     assert answerable.by_type["single-session-assistant"][0] == 1
-    assert "single-session-assistant" not in official.by_type
+    assert official.by_type["single-session-assistant"][0] == 1
+    assert "single-session-assistant" not in nonempty.by_type
     assert everything.by_type["single-session-user"][0] == 2
     assert list(everything.by_type) == sorted(everything.by_type)
     # recall_any@1 under answerable: user 1, ssa 0, multi 0, missing 0
     assert answerable.metrics["recall_any@1"] == pytest.approx(1 / 4)
-    # mrr under official: user 1, multi (ans_a at rank 3) 1/3
-    assert official.metrics["mrr"] == pytest.approx((1 + 1 / 3) / 2)
+    # mrr under official_nonempty_gold: user 1, multi (answer_a at rank 3) 1/3
+    assert nonempty.metrics["mrr"] == pytest.approx((1 + 1 / 3) / 2)
+    # official: the three no-gold questions score mrr 0, recall_all 1, ndcg 0
+    assert official.metrics["mrr"] == pytest.approx((1 + 0 + 1 / 3 + 0 + 0) / 5)
+    assert official.metrics["recall_all@1"] == pytest.approx((1 + 1 + 0 + 1 + 1) / 5)
+    assert official.metrics["ndcg_any@1"] == pytest.approx((1 + 0 + 0 + 0 + 0) / 5)
     # all: q_none has no gold -> recall_all 1 enters the mean
     n_all_at_1 = 1 + 0 + 0 + 0 + 0 + 1  # q_user, ssa, multi, abs, missing, none
     assert everything.metrics["recall_all@1"] == pytest.approx(n_all_at_1 / 6)
@@ -245,7 +269,8 @@ def test_summary_to_json_shape() -> None:
         for t in body["by_type"].values():
             assert set(t) == {"n", "metrics"}
             assert set(t["metrics"]) == set(body["metrics"])
-    assert out["protocols"]["official"]["n"] == 2
+    assert out["protocols"]["official"]["n"] == 5
+    assert out["protocols"]["official_nonempty_gold"]["n"] == 2
     # JSON-serialisable and a copy (editing it leaves the summary alone)
     json.dumps(out)
     out["protocols"]["all"]["metrics"]["mrr"] = -1.0
@@ -272,3 +297,78 @@ def test_format_table() -> None:
         "0",
         "-",
     ]
+
+
+# -- the reference printer's rules, hand-built ---------------------------------------------
+def test_no_gold_non_abs_question_counts_in_official_like_the_reference() -> None:
+    """An answer session whose evidence sits on the assistant side only is relabelled noans:
+    the question keeps its place in ``official`` and scores recall_any 0, recall_all 1,
+    ndcg 0 at every k (``evaluate_retrieval`` on an empty gold list)."""
+    row = score_question(Q_SSA, ["answer_2", "h1", "h2"], "official")
+    assert row is not None
+    for k in KS:
+        assert (row[f"recall_any@{k}"], row[f"recall_all@{k}"], row[f"ndcg_any@{k}"]) == (
+            0.0, 1.0, 0.0)
+
+
+def test_reference_gold_is_the_id_rule_not_answer_session_ids() -> None:
+    """Gold = haystack sessions whose id contains 'answer' and hold a user has_answer turn,
+    whether or not they are listed in answer_session_ids (the reference never reads it)."""
+    q = _question("q_ids", "multi-session",
+                  (_session("answer_other", user_answer=True), _session("h1"),
+                   _session("evidence_x", user_answer=True)),
+                  ("evidence_x",))
+    assert reference_gold(q) == ("answer_other",)
+    assert gold_for(q, "official") == ("answer_other",)
+    assert gold_for(q, "answerable") == ("evidence_x",)
+    assert reference_corpus_id(_session("answer_z", assistant_answer=True)) == "noans_z"
+    assert reference_corpus_id(_session("answer_y", user_answer=True)) == "answer_y"
+
+
+def _with_entries(q: Question, entries: dict[str, int]) -> Question:
+    return dataclasses.replace(q, extra=(("haystack_entries", tuple(entries.items())),))
+
+
+def test_repeated_haystack_entry_takes_one_position_per_entry() -> None:
+    """The reference indexes every haystack entry: a distractor listed twice pushes the
+    gold one further down, and a gold session listed twice counts twice in the ideal DCG."""
+    base = _question("q_rep", "single-session-user",
+                     (_session("h1"), _session("answer_1", user_answer=True), _session("h2")),
+                     ("answer_1",))
+    ranking = ["h1", "answer_1", "h2"]
+    twice_h1 = _with_entries(base, {"h1": 2})  # entries h1 h1 answer_1 h2
+    off = score_question(twice_h1, ranking, "official", ks=(1, 2, 3))
+    distinct = score_question(twice_h1, ranking, "official_nonempty_gold", ks=(1, 2, 3))
+    assert off is not None and distinct is not None
+    assert (off["recall_any@2"], distinct["recall_any@2"]) == (0.0, 1.0)
+    assert off["recall_any@3"] == 1.0
+    assert off["ndcg_any@3"] == pytest.approx(1 / math.log2(3))
+    assert off["mrr"] == pytest.approx(1 / 3)
+    twice_gold = _with_entries(base, {"answer_1": 2})  # entries h1 answer_1 answer_1 h2
+    g = score_question(twice_gold, ranking, "official", ks=(1, 2, 3))
+    assert g is not None
+    # relevances 0 1 1 -> dcg@3 = 1/log2(2) + 1/log2(3); ideal (two relevant) = 1 + 1
+    assert g["ndcg_any@3"] == pytest.approx((1 + 1 / math.log2(3)) / 2)
+    assert g["ndcg_any@2"] == pytest.approx(1 / 2)
+    # without repeats official equals the distinct-session metrics
+    assert score_question(base, ranking, "official") == question_metrics(("answer_1",), ranking)
+
+
+def test_loader_records_repeated_entries(tmp_path) -> None:
+    from engram_eval.data.longmemeval import load_longmemeval
+
+    turns = [{"role": "user", "content": "hi", "has_answer": False}]
+    gold_turns = [{"role": "user", "content": "it is blue", "has_answer": True}]
+    rec = {"question_id": "r1", "question_type": "single-session-user", "question": "q?",
+           "answer": "blue", "question_date": "2023/05/20 (Sat) 02:21",
+           "haystack_dates": ["2023/05/01 (Mon) 10:00"] * 3,
+           "haystack_session_ids": ["s1", "answer_1", "s1"],
+           "haystack_sessions": [turns, gold_turns, turns],
+           "answer_session_ids": ["answer_1"]}
+    path = tmp_path / "rep.json"
+    path.write_text(json.dumps([rec]))
+    (q,) = load_longmemeval(path).questions
+    assert q.session_ids == ("s1", "answer_1")
+    assert entry_counts(q) == {"s1": 2}
+    row = score_question(q, ["s1", "answer_1"], "official", ks=(2,))
+    assert row is not None and row["recall_any@2"] == 0.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,23 @@ def _reference_corpus_id(sid: str, turns: list[dict]) -> str:
     return sid
 
 
+def _printer_style_metrics(ids: list[str], k: int) -> tuple[float, float, float]:
+    """``eval_utils.evaluate_retrieval`` re-done from a log's ranked corpus ids alone: the
+    ranked list is the corpus in rank order, gold = ids containing 'answer' (a set)."""
+    correct = {c for c in ids if "answer" in c}
+    top = set(ids[:k])
+    r_any = float(any(c in top for c in correct))
+    r_all = float(all(c in top for c in correct))
+    rel = [1 if c in correct else 0 for c in ids]
+
+    def dcg(r: list[int]) -> float:
+        r = r[:k]
+        return (r[0] + sum(x / math.log2(i) for i, x in enumerate(r[1:], start=2))) if r else 0.0
+
+    ideal = dcg(sorted(rel, reverse=True))
+    return r_any, r_all, (dcg(rel) / ideal if ideal else 0.0)
+
+
 def test_official_log_layout_and_noans_relabelling(run_out: Path, tmp_path: Path) -> None:
     log = tmp_path / "official.jsonl"
     assert audit.export_official_log(run_out, log, FIXTURE) == 12
@@ -157,23 +175,56 @@ def test_official_log_layout_and_noans_relabelling(run_out: Path, tmp_path: Path
         e = entries[qid]
         assert e["question"] == q["question"] and e["question_date"] == q["question_date"]
         raw = dict(zip(q["haystack_session_ids"], q["haystack_sessions"], strict=True))
+        n_entries = {s: q["haystack_session_ids"].count(s) for s in raw}
         items = e["retrieval_results"]["ranked_items"]
         ids = [it["corpus_id"] for it in items]
-        assert [it["score"] for it in items] == run_rows[qid]["scores"]
-        assert ids == [_reference_corpus_id(s, raw[s]) for s in run_rows[qid]["ranked_session_ids"]]
-        relabelled |= {(qid, s) for s in run_rows[qid]["ranked_session_ids"] if "noans" in
+        row = run_rows[qid]
+        # one item per haystack entry: a repeated session id is listed once per entry
+        assert len(ids) == len(q["haystack_session_ids"])
+        assert ids == [_reference_corpus_id(s, raw[s]) for s in row["ranked_session_ids"]
+                       for _ in range(n_entries[s])]
+        assert [it["score"] for it in items] == [
+            sc for s, sc in zip(row["ranked_session_ids"], row["scores"], strict=True)
+            for _ in range(n_entries[s])]
+        relabelled |= {(qid, s) for s in row["ranked_session_ids"] if "noans" in
                        _reference_corpus_id(s, raw[s])}
-        # The reference scorer's gold (corpus ids containing 'answer') equals our 'official'
-        # gold wherever the haystack holds no other question's answer session.
-        ref_gold = {c for c in ids if "answer" in c}
-        foreign = {s for s in raw if "answer" in s and s not in q["answer_session_ids"]}
-        if not qid.endswith("_abs") and not foreign:
-            assert ref_gold == set(run_rows[qid]["gold"]["official"] or []), qid
+        # every metric for every question, computed with the reference rule
+        session = e["retrieval_results"]["metrics"]["session"]
+        assert set(session) == {f"{m}@{k}" for m in ("recall_any", "recall_all", "ndcg_any")
+                                for k in (1, 3, 5, 10, 30, 50)}
+        for k in (1, 3, 5, 10, 30, 50):
+            want = _printer_style_metrics(ids, k)
+            got = (session[f"recall_any@{k}"], session[f"recall_all@{k}"],
+                   session[f"ndcg_any@{k}"])
+            assert got == pytest.approx(want, abs=1e-12), (qid, k)
+        if "_abs" not in qid:
+            # our official gold is the reference's correct_docs, and the row's metrics agree
+            assert {c for c in ids if "answer" in c} == set(row["gold"]["official"]), qid
+            assert all(row["metrics"]["official"][key] == v for key, v in session.items())
     assert relabelled == {("lme_t02", "answer_t02_1"), ("lme_t06", "answer_t06_1")}
     ids_t06 = [i["corpus_id"] for i in entries["lme_t06"]["retrieval_results"]["ranked_items"]]
     assert "noans_t06_1" in ids_t06 and "answer_t06_2" in ids_t06
+    # lme_t02 has no gold: it is still carried, and scores 0 / 1 / 0
+    t02 = entries["lme_t02"]["retrieval_results"]["metrics"]["session"]
+    assert (t02["recall_any@5"], t02["recall_all@5"], t02["ndcg_any@5"]) == (0.0, 1.0, 0.0)
     with pytest.raises(FileExistsError):
         audit.export_official_log(run_out, log, FIXTURE)
+
+
+def test_reference_printer_on_the_official_log_prints_our_official_summary(
+        run_out: Path, tmp_path: Path) -> None:
+    """What ``print_retrieval_metrics.py`` does (drop ids containing ``_abs``, average
+    ``metrics.session[name]`` over the rest, round to 4) gives our ``official`` figures."""
+    log = tmp_path / "official.jsonl"
+    audit.export_official_log(run_out, log, FIXTURE)
+    data = [json.loads(x) for x in log.read_text().splitlines()]
+    data = [x for x in data if "_abs" not in x["question_id"]]
+    official = json.loads(summary_path(run_out).read_text())["protocols"]["official"]
+    assert official["n"] == len(data) == 10
+    for name in ("recall_all@5", "ndcg_any@5", "recall_all@10", "ndcg_any@10"):
+        printed = round(sum(x["retrieval_results"]["metrics"]["session"][name]
+                            for x in data) / len(data), 4)
+        assert printed == round(official["metrics"][name], 4), name
 
 
 def test_export_cli(run_out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],

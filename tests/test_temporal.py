@@ -269,3 +269,44 @@ def test_multiplier_with_parsed_dates_end_to_end() -> None:
     window = resolve_time_window("What did I buy last Saturday?", asked)
     assert temporal_multiplier(parse_date("2023/05/13 (Sat) 18:02"), window) == 1.25
     assert temporal_multiplier(parse_date("2023/05/20 (Sat) 01:00"), window) == 1.0
+
+
+# --------------------------------------------------------------------------- plausible years
+
+
+@pytest.mark.parametrize("question", [
+    "What did I do in 0000?", "What happened in 3001?", "How far did I walk in 2000 steps?",
+    "I burned in 1500 calories?", "A discount in 2000%?", "What did I buy in March 0000?",
+    "What happened on May 3, 0000?", "Anything since March 0000?",
+])
+def test_implausible_years_give_no_window_and_never_raise(question: str) -> None:
+    from engram_eval.retrieval.temporal import safe_time_window
+
+    assert resolve_time_window(question, SAT) is None
+    assert safe_time_window(question, "2023/05/20 (Sat) 02:21") == (None, "no_expression")
+
+
+def test_plausible_years_still_resolve() -> None:
+    assert resolve_time_window("What did I buy in 2020?", SAT) == TimeWindow(
+        D(2020, 1, 1), D(2020, 12, 31), "in 2020", "year")
+    w = resolve_time_window("in 2019 was it raining?", SAT)
+    assert w is not None and w.start == D(2019, 1, 1)
+
+
+def test_safe_time_window_statuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engram_eval.retrieval import temporal
+    from engram_eval.retrieval.temporal import STATUSES, safe_time_window
+
+    w, status = safe_time_window("What did I buy yesterday?", "2023/05/20 (Sat) 02:21")
+    assert status == "window" and w == TimeWindow(D(2023, 5, 19), D(2023, 5, 19),
+                                                  "yesterday", "yesterday")
+    assert safe_time_window("What did I buy?", "2023/05/20") == (None, "no_expression")
+    assert safe_time_window("What did I buy yesterday?", "") == (None, "no_question_date")
+    assert safe_time_window("What did I buy yesterday?", None) == (None, "no_question_date")
+
+    def boom(question: str, qd: date) -> None:
+        raise ValueError("year 0 is out of range")
+
+    monkeypatch.setattr(temporal, "resolve_time_window", boom)
+    assert safe_time_window("in 2020", "2023/05/20") == (None, "parse_error")
+    assert set(STATUSES) == {"window", "no_expression", "no_question_date", "parse_error"}

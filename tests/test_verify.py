@@ -19,6 +19,8 @@ ROWS = "rows: every selected question exactly once"
 METRICS = "per-question metrics recomputed"
 SUMMARY = "summary recomputed from rows"
 SOURCES = "source hashes match the installed package"
+ROWS_HASH = audit.ROWS_HASH
+GOLD = audit.GOLD
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +42,16 @@ def result(pristine: Path, tmp_path: Path) -> Path:
 
 
 def checks(rep: audit.VerifyReport) -> dict[str, tuple[bool, str]]:
-    return {name: (ok, detail) for name, ok, detail in rep.checks}
+    """name -> (passed, detail); a check that was not run counts as not passed."""
+    return {name: (status == "ok", detail) for name, status, detail in rep.checks}
 
 
 def failed(rep: audit.VerifyReport) -> dict[str, str]:
-    return {name: detail for name, ok, detail in rep.checks if not ok}
+    return {name: detail for name, status, detail in rep.checks if status == "FAIL"}
+
+
+def not_checked(rep: audit.VerifyReport) -> dict[str, str]:
+    return {name: detail for name, status, detail in rep.checks if status == "not checked"}
 
 
 def lines(out: Path) -> list[bytes]:
@@ -59,12 +66,48 @@ def edit_json(path: Path, fn) -> None:
 
 def test_good_run_verifies(result: Path) -> None:
     rep = audit.verify(result, FIXTURE)
-    assert rep.ok, rep.format()
+    assert rep.ok and rep.verified, rep.format()
     names = [n for n, _, _ in rep.checks]
-    assert names == ["sidecar schema", "fingerprint", ROWS, "dataset sha256", METRICS, SUMMARY,
-                     SOURCES]
-    assert "FAIL" not in rep.format()
-    assert audit.verify(result).ok  # without the dataset: rows, summary, sources only
+    assert names == ["sidecar schema", "fingerprint", ROWS, ROWS_HASH, "dataset sha256", GOLD,
+                     METRICS, SUMMARY, SOURCES]
+    assert "FAIL" not in rep.format() and "not checked" not in rep.format()
+    assert rep.verdict() == "VERIFIED" and rep.exit_code == 0
+
+
+def test_without_the_dataset_nothing_is_verified(result: Path) -> None:
+    rep = audit.verify(result)
+    assert rep.ok and not rep.verified  # nothing failed, but the gold was not re-derived
+    assert set(not_checked(rep)) == {"dataset sha256", GOLD}
+    assert "[not checked] dataset sha256: no --dataset given" in rep.format()
+    assert rep.verdict().startswith("NOT VERIFIED") and rep.exit_code == 3
+
+
+def test_edited_row_with_consistent_metrics_is_caught_by_the_rows_hash(result: Path) -> None:
+    """Swap two sessions of a row and rewrite its metrics (and the summary) to match: only
+    the rows hash recorded at run time can tell."""
+    ls = lines(result)
+    row = json.loads(ls[0])
+    ids = row["ranked_session_ids"]
+    gold = set(row["gold"]["answerable"])
+    i = next(n for n, sid in enumerate(ids) if sid in gold)
+    j = len(ids) - 1
+    ids[i], ids[j] = ids[j], ids[i]
+    from engram_eval import protocols as P
+
+    for p, g in row["gold"].items():
+        if g is not None:
+            row["metrics"][p] = P.metrics_for_gold(p, g, ids, row.get("haystack_entries"))
+    ls[0] = (json.dumps(row, ensure_ascii=False) + "\n").encode()
+    result.write_bytes(b"".join(ls))
+    rows = [json.loads(x) for x in lines(result)]
+    fresh = runner.summarize_rows(rows, list(rows[0]["gold"]))
+    edit_json(summary_path(result), lambda s: s.__setitem__("protocols", fresh["protocols"]))
+    for rep in (audit.verify(result), audit.verify(result, FIXTURE)):
+        bad = failed(rep)
+        assert list(bad) == [ROWS_HASH], rep.format()
+        assert "differs from the sidecar" in bad[ROWS_HASH]
+        assert "differs from the summary" in bad[ROWS_HASH]
+        assert rep.exit_code == 1
 
 
 def test_edited_metric_in_a_row(result: Path) -> None:
@@ -89,7 +132,9 @@ def test_edited_gold_in_a_row_needs_the_dataset(result: Path) -> None:
     ls[0] = (json.dumps(row, ensure_ascii=False) + "\n").encode()
     result.write_bytes(b"".join(ls))
     bad = failed(audit.verify(result, FIXTURE))
-    assert METRICS in bad and "gold[all] differs from the dataset" in bad[METRICS]
+    assert GOLD in bad and "gold[all] differs from the dataset" in bad[GOLD]
+    rep = audit.verify(result)  # without the dataset the edited gold is trusted
+    assert GOLD not in failed(rep) and GOLD in not_checked(rep) and not rep.verified
 
 
 def test_edited_ranking_that_drops_a_session(result: Path) -> None:
@@ -100,7 +145,7 @@ def test_edited_ranking_that_drops_a_session(result: Path) -> None:
     ls[3] = (json.dumps(row, ensure_ascii=False) + "\n").encode()
     result.write_bytes(b"".join(ls))
     bad = failed(audit.verify(result, FIXTURE))
-    assert METRICS in bad and "lme_t04" in bad[METRICS] and "cover the corpus" in bad[METRICS]
+    assert GOLD in bad and "lme_t04" in bad[GOLD] and "cover the corpus" in bad[GOLD]
 
 
 def test_deleted_row(result: Path) -> None:
@@ -138,6 +183,7 @@ def test_changed_dataset(result: Path, tmp_path: Path) -> None:
     bad = failed(rep)
     assert list(bad) == ["dataset sha256"]
     assert str(data) in bad["dataset sha256"]
+    assert GOLD in not_checked(rep) and rep.exit_code == 1
 
 
 def test_changed_source(result: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -201,6 +247,12 @@ def test_cli_verify_exit_codes(result: Path, capsys: pytest.CaptureFixture[str])
     assert "VERIFIED" in out and "NOT VERIFIED" not in out
     fp = json.loads(sidecar_path(result).read_text(encoding="utf-8"))["fingerprint"]
     assert f"fingerprint {fp}" in out and "protocol=answerable  n=10" in out
+
+    ls = lines(result)
+    assert cli.main(["verify", str(result)]) == 3
+    out = capsys.readouterr().out
+    assert "NOT VERIFIED" in out and "\nVERIFIED" not in out
+    assert "[not checked] dataset sha256" in out and f"[not checked] {GOLD}" in out
 
     ls = lines(result)
     result.write_bytes(b"".join(ls[:-1]))

@@ -7,12 +7,13 @@ the file, the record and the field.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import zlib
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
@@ -24,6 +25,25 @@ FILE_RECORD = "(file)"
 ROOT_FIELD = "(root)"
 
 
+def is_gzip(path: str | Path) -> bool:
+    """True when the file starts with the gzip magic bytes (the extension is ignored)."""
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
+def open_binary(path: str | Path) -> IO[bytes]:
+    """Open ``path`` for reading bytes, un-gzipping on the fly when it starts with the gzip
+    magic bytes. This is the one place that sniffs gzip; every reader goes through it."""
+    if is_gzip(path):
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")
+
+
+def open_text(path: str | Path) -> IO[str]:
+    """Text (UTF-8) view of :func:`open_binary`."""
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8")
+
+
 def read_json(path: str | Path) -> Any:
     """Parse a JSON file, transparently un-gzipping it when it starts with the gzip magic bytes.
 
@@ -32,14 +52,13 @@ def read_json(path: str | Path) -> Any:
     """
     p = Path(path)
     try:
-        raw = p.read_bytes()
-    except OSError as exc:
+        with open_binary(p) as f:
+            raw = f.read()
+    except FileNotFoundError as exc:
         raise DataError(p, FILE_RECORD, ROOT_FIELD, f"cannot read file: {exc}") from exc
-    if raw[:2] == GZIP_MAGIC:
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise DataError(p, FILE_RECORD, ROOT_FIELD, f"not a valid gzip stream: {exc}") from exc
+    except (OSError, EOFError, zlib.error) as exc:
+        what = "not a valid gzip stream" if _safe_is_gzip(p) else "cannot read file"
+        raise DataError(p, FILE_RECORD, ROOT_FIELD, f"{what}: {exc}") from exc
     try:
         return json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -53,8 +72,16 @@ def read_json(path: str | Path) -> Any:
         raise DataError(p, FILE_RECORD, ROOT_FIELD, f"not valid UTF-8 JSON text: {exc}") from exc
 
 
+def _safe_is_gzip(path: Path) -> bool:
+    try:
+        return is_gzip(path)
+    except OSError:
+        return False
+
+
 def load_schema(name: str) -> dict[str, Any]:
-    """Load ``engram_eval/schemas/<name>`` (package data) as a dict."""
+    """Load ``engram_eval/schemas/<name>`` (package data) as a dict (the one schema loader:
+    dataset record schemas and the sidecar schema alike)."""
     text = (resources.files("engram_eval") / "schemas" / name).read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema

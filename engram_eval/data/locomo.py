@@ -21,12 +21,14 @@ Conversion (one corpus per conversation, shared by all of its QA items):
 * **Questions.** QA item ``i`` (0-based position in ``qa``) becomes ``question_id =
   "{sample_id}:q{i}"``, ``question_type = str(category)``, ``answer`` = ``answer`` if present
   else ``adversarial_answer`` (as a string; two category-5 items in locomo10 carry both),
-  ``question_date`` = the date of the conversation's last session (LoCoMo gives no question
-  date; all questions are asked after the last session), ``sessions`` = all of the
+  ``question_date`` = ``""``: LoCoMo gives no question date, and the last session's date
+  is *not* used in its place (a relative expression such as "last week" would then be
+  resolved against a date nobody asked on); the last session's date is kept in ``extra`` as
+  ``last_session_date`` for readers that want it, ``sessions`` = all of the
   conversation's sessions, ``answer_session_ids`` = the sessions holding the resolved evidence
   turns (unique, in session order). ``extra`` (sorted by key): ``adversarial`` (category == 5),
   ``adversarial_answer`` (only when present), ``category`` (int), ``conversation_id``
-  (sample_id), ``evidence`` (the raw strings), ``evidence_dia_ids`` (resolved canonical ids).
+  (sample_id), ``evidence`` (the raw strings), ``evidence_dia_ids`` (resolved canonical ids), ``last_session_date``.
 
 Evidence parsing is lenient where the intent is clear: each raw string is split on ``;``, ``,``
 and whitespace (``'D8:6; D9:17'``, ``'D9:1 D4:4 D4:6'``), a stray colon after ``D`` is dropped
@@ -322,7 +324,7 @@ def _questions(
 ) -> list[Question]:
     index = dia_index(conv.sessions)
     verbatim = {t.turn_id for s in conv.sessions for t in s.turns}
-    question_date = conv.sessions[-1].date
+    last_session_date = conv.sessions[-1].date
     out = []
     for i, item in enumerate(raw["qa"]):
         qid = f"{conv.sample_id}:q{i}"
@@ -342,6 +344,7 @@ def _questions(
             ("conversation_id", conv.sample_id),
             ("evidence", tuple(item["evidence"])),
             ("evidence_dia_ids", resolved),
+            ("last_session_date", last_session_date),
         ]
         if "adversarial_answer" in item:
             extra.append(("adversarial_answer", str(item["adversarial_answer"])))
@@ -351,7 +354,7 @@ def _questions(
                 question_type=str(category),
                 question=item["question"],
                 answer=str(answer),
-                question_date=question_date,
+                question_date="",
                 sessions=conv.sessions,
                 answer_session_ids=gold,
                 extra=tuple(sorted(extra, key=lambda kv: kv[0])),

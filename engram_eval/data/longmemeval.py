@@ -1,4 +1,4 @@
-"""LongMemEval loader (official release schema: oracle, S; M via streaming later).
+"""LongMemEval loader (official release schema: oracle and S in memory; M streamed).
 
 The file is a JSON list (plain or gzipped; gzip is detected by its magic bytes, not by the
 extension) of question instances::
@@ -28,6 +28,7 @@ Cross-field rules:
 
 from __future__ import annotations
 
+import zlib
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from engram_eval.data._jsonio import (
     ROOT_FIELD,
     first_error,
     load_schema,
+    open_binary,
     read_json,
     record_validator,
     schema_error_to_data_error,
@@ -131,15 +133,65 @@ def load_longmemeval(
     )
 
 
-def iter_longmemeval(path: str | Path) -> Iterator[Question]:
-    """Yield the questions of a LongMemEval file one by one, in file order.
+def iter_longmemeval(
+    path: str | Path, *, allow_duplicate_date_mismatch: bool = True
+) -> Iterator[Question]:
+    """Yield the questions of a LongMemEval file one by one, in file order, streaming.
 
-    For now this loads and validates the whole file first (so it is only suitable for oracle
-    and S); a streaming version that never parses LongMemEval_M (2.7 GB) whole will replace the
-    body while keeping this signature. As a generator it raises :class:`DataError` on the first
-    ``next()``, before yielding anything.
+    The file (plain or gzipped) is read incrementally with ``ijson``: one record is parsed,
+    checked and converted at a time, so memory does not grow with the file (LongMemEval_M is
+    2.7 GB). Every record goes through the same checks as :func:`load_longmemeval`
+    (:func:`parse_record`), so a bad record raises the same :class:`DataError` — but only when
+    the stream reaches it, after the questions before it were yielded.
     """
-    yield from load_longmemeval(path).questions
+    ijson = _ijson()
+    seen: dict[str, int] = {}
+    validator = record_validator(load_schema(SCHEMA_NAME))
+    p = Path(path)
+    try:
+        first = _first_byte(p)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DataError(p, FILE_RECORD, ROOT_FIELD, f"cannot read file: {exc}") from exc
+    if first != b"[":
+        # Not a list: the in-memory reader gives the exact message (JSON error or wrong kind).
+        _top_level_list(path, read_json(path))
+        return
+    with open_binary(p) as f:
+        try:
+            for index, raw in enumerate(ijson.items(f, "item", use_float=True)):
+                yield parse_record(
+                    path,
+                    index,
+                    raw,
+                    validator,
+                    seen,
+                    allow_duplicate_date_mismatch=allow_duplicate_date_mismatch,
+                ).question
+        except ijson.JSONError as exc:
+            raise DataError(path, FILE_RECORD, ROOT_FIELD, f"not valid JSON: {exc}") from exc
+        except (OSError, EOFError, zlib.error) as exc:
+            raise DataError(path, FILE_RECORD, ROOT_FIELD, f"cannot read file: {exc}") from exc
+
+
+def _ijson() -> Any:
+    try:
+        import ijson
+    except ImportError:  # pragma: no cover - ijson is a declared dependency
+        raise DataError("(ijson)", FILE_RECORD, ROOT_FIELD,
+                        "streaming needs the 'ijson' package: pip install 'ijson>=3.2'") from None
+    return ijson
+
+
+def _first_byte(path: Path) -> bytes:
+    """The first non-whitespace byte of the (decompressed) file, b"" when empty."""
+    with open_binary(path) as f:
+        while True:
+            block = f.read(4096)
+            if not block:
+                return b""
+            stripped = block.lstrip()
+            if stripped:
+                return stripped[:1]
 
 
 def record_name(raw: object, index: int) -> str:
@@ -190,8 +242,18 @@ def parse_record(
         question_date=raw["question_date"],
         sessions=sessions,
         answer_session_ids=tuple(raw["answer_session_ids"]),
+        extra=_repeat_extra(raw["haystack_session_ids"]),
     )
     return _Parsed(question, n_dup, n_date)
+
+
+def _repeat_extra(ids: Sequence[str]) -> tuple[tuple[str, object], ...]:
+    """``(("haystack_entries", ((sid, n), ...)),)`` for session ids listed ``n > 1`` times in
+    the haystack (first-seen order), else ``()``. The reference scorer indexes every haystack
+    entry, so a repeated id takes ``n`` positions there (see ``protocols``)."""
+    counts = Counter(ids)
+    repeats = tuple((sid, counts[sid]) for sid in dict.fromkeys(ids) if counts[sid] > 1)
+    return (("haystack_entries", repeats),) if repeats else ()
 
 
 def _top_level_list(path: str | Path, data: Any) -> list[Any]:
@@ -279,10 +341,12 @@ def make_session(session_id: str, date: str, turns: Sequence[Mapping[str, Any]])
 
 
 def _lacks_user_has_answer(question: Question) -> bool:
+    from engram_eval.protocols import has_user_evidence  # the one noans rule
+
     by_id = {s.session_id: s for s in question.sessions}
     for sid in question.answer_session_ids:
         session = by_id.get(sid)
-        if session is None or not any(t.has_answer and t.role == "user" for t in session.turns):
+        if session is None or not has_user_evidence(session):
             return True
     return False
 

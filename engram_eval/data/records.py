@@ -5,8 +5,11 @@ Every loader returns these records; nothing downstream reads raw JSON.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+
+#: The chat roles of LongMemEval-style corpora.
+CHAT_ROLES = frozenset({"user", "assistant"})
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,38 @@ class Question:
             if k == key:
                 return v
         return default
+
+
+def has_chat_roles(sessions: Iterable[Session]) -> bool:
+    """The one "no chat roles -> every turn is user text" rule, decided per corpus.
+
+    True when any turn of the corpus (a question's haystack) has the role ``user`` or
+    ``assistant`` (LongMemEval). False for corpora whose roles are speaker names (LoCoMo
+    conversations between two people): there every turn counts as user text and there is
+    no assistant text. Every retriever decides this once per corpus with this function and
+    then uses :func:`user_turns` / :func:`user_document` / :func:`assistant_document`.
+    """
+    return any(t.role in CHAT_ROLES for s in sessions for t in s.turns)
+
+
+def user_turns(session: Session, chat_roles: bool) -> tuple[Turn, ...]:
+    """The turns that count as user text: ``role == "user"`` in a chat corpus, every turn
+    otherwise (see :func:`has_chat_roles`)."""
+    if not chat_roles:
+        return session.turns
+    return tuple(t for t in session.turns if t.role == "user")
+
+
+def user_document(session: Session, chat_roles: bool, sep: str = "\n") -> str:
+    """The session's user text joined by ``sep`` (every turn without chat roles)."""
+    return sep.join(t.content for t in user_turns(session, chat_roles))
+
+
+def assistant_document(session: Session, chat_roles: bool, sep: str = "\n") -> str:
+    """The session's assistant text (empty without chat roles)."""
+    if not chat_roles:
+        return ""
+    return sep.join(t.content for t in session.turns if t.role == "assistant")
 
 
 class QuestionSet:

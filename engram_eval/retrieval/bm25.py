@@ -3,7 +3,9 @@
 * :class:`FlatBM25` (``flat-bm25``) reproduces the LongMemEval reference retriever: one
   document per session made of the user turns joined by a space, tokenised with
   ``str.split(" ")`` for both document and question, ``BM25Okapi`` defaults, order
-  ``argsort(scores)[::-1]`` (so ties fall exactly as in the reference code).
+  ``argsort(scores)[::-1]`` (so ties fall exactly as in the reference code). On corpora
+  without chat roles (LoCoMo: speakers' names) every turn is user text
+  (:func:`engram_eval.data.records.has_chat_roles`, decided once per corpus).
 * :class:`BM25Index` is the lexical signal of the hybrid retriever: lower-cased word
   tokens, one document per session and role.
 """
@@ -16,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from engram_eval.data.records import Question, Session
+from engram_eval.data.records import Question, Session, has_chat_roles, user_document
 from engram_eval.models import ModelRef
 from engram_eval.retrieval.base import Ranking, ScoredSession
 
@@ -44,16 +46,26 @@ class BM25Index:
 
     def __init__(self, documents: Sequence[str], *, k1: float = 1.5, b: float = 0.75) -> None:
         self.n = len(documents)
-        tokens = [tokenize(d) for d in documents]
-        self._empty = all(not t for t in tokens)
+        self.tokens = [tokenize(d) for d in documents]
+        self._empty = all(not t for t in self.tokens)
         # rank-bm25 divides by the average length: guard the all-empty corpus.
-        self._bm25 = None if self._empty or self.n == 0 else _bm25_class()(tokens, k1=k1, b=b)
+        self._bm25 = (None if self._empty or self.n == 0
+                      else _bm25_class()(self.tokens, k1=k1, b=b))
 
     def scores(self, query: str) -> np.ndarray:
-        q = tokenize(query)
-        if self._bm25 is None or not q:
+        return self.scores_tokens(tokenize(query))
+
+    def scores_tokens(self, query_tokens: Sequence[str]) -> np.ndarray:
+        """Scores of an already tokenised query (a repeated token counts again)."""
+        if self._bm25 is None or not query_tokens:
             return np.zeros(self.n, dtype=np.float64)
-        return np.asarray(self._bm25.get_scores(q), dtype=np.float64)
+        return np.asarray(self._bm25.get_scores(list(query_tokens)), dtype=np.float64)
+
+    def idf(self, term: str) -> float:
+        """The index's idf of ``term`` (0 for a term absent from the corpus)."""
+        if self._bm25 is None:
+            return 0.0
+        return float(self._bm25.idf.get(term, 0.0))
 
 
 class FlatBM25:
@@ -63,12 +75,14 @@ class FlatBM25:
 
     def __init__(self) -> None:
         self._sessions: tuple[Session, ...] = ()
+        self._chat_roles = True
 
     def index(self, sessions: Sequence[Session]) -> None:
         self._sessions = tuple(sessions)
+        self._chat_roles = has_chat_roles(self._sessions)
 
     def rank(self, question: Question) -> Ranking:
-        corpus = [" ".join(t.content for t in s.turns if t.role == "user") for s in self._sessions]
+        corpus = [user_document(s, self._chat_roles, sep=" ") for s in self._sessions]
         if not corpus:
             return Ranking(question.question_id, ())
         bm25 = _bm25_class()([doc.split(" ") for doc in corpus])

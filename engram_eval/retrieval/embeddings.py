@@ -1,9 +1,12 @@
 """Embedding backends behind one interface, plus caching.
 
-Backends (``--embedding-backend``): ``sentence_transformers`` (default) and
-``flag_embedding`` (FlagEmbedding's ``FlagModel`` for BGE models). Both return L2-normalised
-float32 vectors. Precision ``bf16`` runs the forward pass under CPU bfloat16 autocast;
-``fp32`` runs it in float32. Heavy libraries are imported on first use.
+Backends (``--embedding-backend``): ``sentence_transformers`` (default),
+``flag_embedding`` (FlagEmbedding's ``FlagModel`` for BGE models) and ``onnx`` (ONNX Runtime
+over a graph exported offline from the same model files, see :mod:`.onnx_export`). All
+return L2-normalised float32 vectors. Precision ``bf16`` runs the torch forward pass under
+CPU bfloat16 autocast; ``fp32`` runs it in float32; ``int8`` (``onnx`` only) runs a
+dynamically quantised graph whose scheme is chosen for the CPU's instruction set. Heavy
+libraries are imported on first use.
 
 :class:`CachedEncoder` encodes each distinct text once per process (memory) and across
 processes (the on-disk :class:`~engram_eval.cache.VectorCache`), and accounts the time
@@ -19,7 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from engram_eval.cache import VectorCache, content_key
+from engram_eval.cache import VectorCache, content_key, library_versions
 from engram_eval.models import ModelRef
 
 
@@ -143,11 +146,108 @@ class FlagEmbeddingEmbedder(_LocalEmbedder):
         return _normalise(np.asarray(out, dtype=np.float32))
 
 
-def make_embedder(backend: str, ref: ModelRef, precision: str, batch_size: int) -> Embedder:
+class OnnxEmbedder(_LocalEmbedder):
+    """ONNX Runtime over the transformer exported from a sentence-transformers model
+    directory (:func:`engram_eval.retrieval.onnx_export.export_onnx`), with the model's own
+    tokenizer (``tokenizer.json``, truncated at its ``max_seq_length``) and pooling (mean or
+    CLS) computed here. ``ref`` is the *exported* model (its hash is what the cache keys
+    and the run records); ``source`` is the model it was exported from."""
+
+    backend = "onnx"
+
+    def __init__(self, ref: ModelRef, precision: str = "fp32", batch_size: int = 64,
+                 source: ModelRef | None = None, threads: int = 0) -> None:
+        super().__init__(ref, precision, batch_size)
+        self.source = source
+        self.threads = threads
+        self._tok: Any = None
+        self._info: dict[str, Any] = {}
+
+    def load(self) -> Any:
+        if self._model is None:
+            import json
+            from pathlib import Path
+
+            ort = _import("onnxruntime", "engram-eval[onnx]  (onnxruntime)")
+            tokenizers = _import("tokenizers", "tokenizers")
+            d = Path(self.ref.path)
+            self._info = json.loads((d / "export.json").read_text(encoding="utf-8"))
+            opts = ort.SessionOptions()
+            if self.threads:
+                opts.intra_op_num_threads = self.threads
+            self._model = ort.InferenceSession(str(d / "model.onnx"), opts,
+                                               providers=["CPUExecutionProvider"])
+            tok = tokenizers.Tokenizer.from_file(str(d / "tokenizer.json"))
+            tok.enable_truncation(max_length=int(self._info["max_seq_length"]))
+            tok.no_padding()
+            self._tok = tok
+        return self._model
+
+    @property
+    def max_seq_length(self) -> int:
+        self.load()
+        return int(self._info["max_seq_length"])
+
+    def tokenizer(self) -> Any:
+        self.load()
+        return self._tok
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        session = self.load()
+        dim = int(self._info["dim"])
+        if not texts:
+            return np.zeros((0, dim), dtype=np.float32)
+        names = {i.name for i in session.get_inputs()}
+        enc = self._tok.encode_batch([str(t).strip() for t in texts])
+        # Longest first (as sentence-transformers does), so each batch pads little.
+        order = sorted(range(len(enc)), key=lambda i: -len(enc[i].ids))
+        out = np.zeros((len(enc), dim), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            width = max(len(enc[i].ids) for i in idx)
+            ids = np.zeros((len(idx), width), dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            types = np.zeros((len(idx), width), dtype=np.int64)
+            for r, i in enumerate(idx):
+                n = len(enc[i].ids)
+                ids[r, :n] = enc[i].ids
+                mask[r, :n] = 1
+                types[r, :n] = enc[i].type_ids
+            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+            hidden = session.run(["last_hidden_state"],
+                                 {k: v for k, v in feeds.items() if k in names})[0]
+            out[idx] = _pool(hidden, mask, self._info["pooling"])
+        return _normalise(out)
+
+
+def _pool(hidden: np.ndarray, mask: np.ndarray, method: str) -> np.ndarray:
+    if method == "cls":
+        return np.asarray(hidden[:, 0, :], dtype=np.float32)
+    m = mask[:, :, None].astype(np.float32)
+    summed = (hidden.astype(np.float32) * m).sum(axis=1)
+    return summed / np.clip(m.sum(axis=1), 1e-9, None)
+
+
+def make_embedder(backend: str, ref: ModelRef, precision: str, batch_size: int,
+                  onnx_ref: ModelRef | None = None) -> Embedder:
+    """The embedder of ``backend``; for ``onnx``, ``onnx_ref`` is the exported model
+    (:func:`engram_eval.retrieval.onnx_export.prepare_embedding_backend`), exported on the
+    spot when not given."""
+    if precision == "int8" and backend != "onnx":
+        from engram_eval.errors import ConfigError
+
+        raise ConfigError("config field embedding_precision=int8 needs "
+                          "embedding_backend=onnx (dynamic int8 quantisation)")
     if backend == "sentence_transformers":
         return SentenceTransformersEmbedder(ref, precision, batch_size)
     if backend == "flag_embedding":
         return FlagEmbeddingEmbedder(ref, precision, batch_size)
+    if backend == "onnx":
+        if onnx_ref is None:
+            from engram_eval.retrieval.onnx_export import export_onnx
+
+            onnx_ref = export_onnx(ref, precision)
+        return OnnxEmbedder(onnx_ref, precision, batch_size, source=ref)
     raise ValueError(f"unknown embedding backend {backend!r}")
 
 
@@ -163,7 +263,8 @@ class CachedEncoder:
                  backend: str = "") -> None:
         self.embedder = embedder
         self.cache = cache
-        self._prefix = (embedder.ref.sha256, embedder.precision, backend or "")
+        self._prefix = (embedder.ref.sha256, embedder.precision, backend or "",
+                        library_versions(backend or "sentence_transformers"))
         self._memory: dict[str, np.ndarray] = {}
         self.n_model = 0
         self.n_disk = 0

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from engram_eval.cache import VectorCache, content_key
+from engram_eval.cache import VectorCache, content_key, library_versions
 from engram_eval.models import ModelRef
 
 
@@ -106,13 +106,14 @@ def make_cross_encoder(backend: str, ref: ModelRef, max_length: int) -> CrossEnc
 
 
 class CachedCrossEncoder:
-    """Raw scores cached by (model files hash, backend, max_length, query, document)."""
+    """Raw scores cached by (model files hash, backend, max_length, library versions, query,
+    document)."""
 
     def __init__(self, model: CrossEncoderBackend, cache: VectorCache | None,
                  backend: str, max_length: int) -> None:
         self.model = model
         self.cache = cache
-        self._prefix = (model.ref.sha256, backend, str(max_length))
+        self._prefix = (model.ref.sha256, backend, str(max_length), library_versions(backend))
         self._memory: dict[str, float] = {}
         self.n_model = 0
         self.n_cached = 0

@@ -38,6 +38,10 @@ Window rules (``qd`` = question date; every window is inclusive on both ends):
   without a year, the most recent such month not after ``qd`` (the current month counts;
   "in December" asked in February is the previous year's December).
   ``in <Month> <year>`` -> that month; ``in <year>`` -> that year.
+* Only plausible years count (:data:`YEARS`, 1900-2100): "in 0000" or "in 3001" names no
+  window. A number followed by what it counts is not a year: "in 2000 steps", "in 1500
+  calories" (a following word ending in "s" other than "was/has/is/this/does", or a unit
+  such as "kg", "km", "feet", "%") gives no window.
 * ``on <date>`` (e.g. "on May 3", "on 3 May 2023") -> that single day; without a year, the
   most recent such day not after ``qd``.
 * ``past N days/weeks/months/years``, ``(in) the last/past N ...``, ``last N ...`` ->
@@ -49,6 +53,10 @@ Window rules (``qd`` = question date; every window is inclusive on both ends):
 When several expressions occur, the one starting earliest in the question wins; at the same
 start the longest match wins ("since last Tuesday" beats "last Tuesday", "in the last week"
 beats "last week"); remaining ties go to the rule listed first above.
+
+:func:`safe_time_window` is what retrievers call: it never raises, and says why there is
+no window (:data:`STATUSES`: ``window``, ``no_expression``, ``no_question_date``,
+``parse_error``), so one odd question can never abort a run.
 """
 
 from __future__ import annotations
@@ -61,11 +69,19 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 __all__ = [
+    "STATUSES",
+    "YEARS",
     "TimeWindow",
     "parse_date",
     "resolve_time_window",
+    "safe_time_window",
     "temporal_multiplier",
 ]
+
+#: Years accepted in dates and time expressions.
+YEARS = range(1900, 2101)
+#: What :func:`safe_time_window` reports for a question.
+STATUSES = ("window", "no_expression", "no_question_date", "parse_error")
 
 
 @dataclass(frozen=True)
@@ -239,6 +255,8 @@ def _date_matches(text: str) -> Iterator[tuple[int, date | None]]:
 
 
 def _safe_date(year: int, month: int, day: int) -> date | None:
+    if year not in YEARS:
+        return None
     try:
         return date(year, month, day)
     except ValueError:
@@ -345,15 +363,19 @@ def _r_weekend(m: re.Match[str], qd: date) -> tuple[date, date, str]:
     )
 
 
-def _r_month(m: re.Match[str], qd: date) -> tuple[date, date, str]:
+def _r_month(m: re.Match[str], qd: date) -> tuple[date, date, str] | None:
     month = _MONTH_NUMBERS[m.group("month").lower()]
     year_text = m.group("year")
     year = int(year_text) if year_text else _recent_month(qd, month)
+    if year not in YEARS:
+        return None
     return date(year, month, 1), _month_end(year, month), "month"
 
 
-def _r_year(m: re.Match[str], qd: date) -> tuple[date, date, str]:
+def _r_year(m: re.Match[str], qd: date) -> tuple[date, date, str] | None:
     year = int(m.group("year"))
+    if year not in YEARS:
+        return None
     return date(year, 1, 1), date(year, 12, 31), "year"
 
 
@@ -403,6 +425,8 @@ def _r_since(m: re.Match[str], qd: date) -> tuple[date, date, str] | None:
     else:
         month = _MONTH_NUMBERS[m.group("s_month").lower()]
         year = int(m.group("s_year")) if m.group("s_year") else _recent_month(qd, month)
+        if year not in YEARS:
+            return None
         start = date(year, month, 1)
     if start is None or start > qd:
         return None
@@ -416,6 +440,12 @@ _DATE_BODY = (
     r"(?:,?\s+(?P<md_year>\d{4})(?!\d))?"
     rf"|(?P<dm_day>\d{{1,2}}){_ORD}\s+(?:of\s+)?(?P<dm_month>{_MONTH_ANY})\b\.?"
     r"(?:,?\s+(?P<dm_year>\d{4})(?!\d))?)"
+)
+
+# After a bare year: not a count of something ("in 2000 steps", "in 1500 kcal", "in 2000%").
+_NOT_A_COUNT = (
+    r"(?!\s*%)(?!\s+(?!(?:was|has|is|this|does|as|us|its|yes)\b)[a-z]+s\b)"
+    r"(?!\s+(?:kg|km|kcal|cal|lb|lbs|mg|ml|mph|rpm|usd|eur|feet|foot|k|m|ft)\b)"
 )
 
 # Rules in priority order (only used to break ties of equal start and length).
@@ -481,7 +511,7 @@ _RULES: tuple[tuple[re.Pattern[str], _Resolver], ...] = (
         ),
         _r_month,
     ),
-    (re.compile(r"\b(?:in|during)\s+(?P<year>\d{4})(?!\d)", _FLAGS), _r_year),
+    (re.compile(r"\b(?:in|during)\s+(?P<year>\d{4})(?!\d)" + _NOT_A_COUNT, _FLAGS), _r_year),
 )
 
 
@@ -528,3 +558,26 @@ def temporal_multiplier(
     if session_date is None or window is None:
         return 1.0
     return float(boost) if window.contains(session_date) else 1.0
+
+
+def safe_time_window(question: str, question_date: str | date | None
+                     ) -> tuple[TimeWindow | None, str]:
+    """``(window or None, status)``; never raises.
+
+    ``question_date`` is the dataset's date string (or a date). Status is ``window`` when a
+    window was resolved, ``no_question_date`` when the question has no parseable date (e.g.
+    LoCoMo, whose questions carry none), ``no_expression`` when the question names no
+    supported time expression, ``parse_error`` when parsing failed unexpectedly (counted, the
+    question simply gets no window).
+    """
+    try:
+        if isinstance(question_date, date):
+            qd: date | None = _as_date(question_date)
+        else:
+            qd = parse_date(question_date or "")
+        if qd is None:
+            return None, "no_question_date"
+        window = resolve_time_window(question or "", qd)
+    except Exception:  # noqa: BLE001 - the point: one question never aborts a run
+        return None, "parse_error"
+    return (window, "window") if window is not None else (None, "no_expression")

@@ -1,0 +1,370 @@
+"""Paired comparison of two runs over the same questions: ``engram-eval compare A B``.
+
+Every number is computed from the rows' stored per-question metrics (the package's own metric
+definitions stay the single source); nothing is re-scored here.
+
+Refusals (ProvenanceError, nothing written): the runs were made over different dataset files
+(dataset sha256 from each run's summary or sidecar; a run with neither is refused), over
+different question sets, or with different gold for some question under the protocol; a row
+without metrics for the protocol in one run but not the other; a torn rows file.
+
+For each group (``overall`` and each question type) and each metric, with ``d_i = B_i - A_i``
+over the group's ``n`` questions:
+
+* ``delta`` = mean(d) (B minus A).
+* Paired bootstrap interval (percentile, default 95%): a fresh
+  ``numpy.random.default_rng(seed)`` per group draws ``idx = rng.integers(0, n, size=(n_boot,
+  n))``; each replicate's delta is ``mean(d[idx[r]])``; the interval is
+  ``numpy.quantile(replicates, [alpha/2, 1 - alpha/2])`` (linear interpolation). Resampling
+  questions (not metrics) keeps every metric's replicate on the same question sample.
+* Binary metrics are decided by NAME (``recall_any@k``, ``recall_all@k``, ``hit@k``), never by
+  the values seen; a value other than 0/1 for such a metric is an error. For them, the exact
+  McNemar test: with ``b`` = questions 1 in A and 0 in B (lost) and ``c`` = 0 in A and 1 in B
+  (gained), ``p = binomtest(c, b + c, 0.5).pvalue`` (two-sided;
+  ``= min(1, 2 * sum_{i<=min(b,c)} C(b+c, i) / 2^(b+c))``; 1.0 when ``b + c = 0``).
+  ``significant`` = p < alpha. For other metrics ``significant`` = the interval excludes 0.
+* Flipped questions (binary metrics, overall): ids gained (0 -> 1) and lost (1 -> 0).
+
+Segment consistency (overall, each metric): the questions are cut into ``segments`` fixed
+parts, by default ordered by ``sha256(question_id)`` (``--segment-by hash``; ``order`` keeps
+the rows' question order), with ``numpy.array_split`` sizes. ``robust`` is True when the
+overall delta is non-zero and no segment's delta has the opposite sign (a segment with delta
+0 does not flip); a non-zero delta that flips in some segment is flagged not robust.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engram_eval.errors import ConfigError, DataError, ProvenanceError
+
+BINARY_METRIC = re.compile(r"^(recall_any|recall_all|hit)@\d+$")
+HEADLINE = ("recall_any@1", "recall_any@5", "recall_all@5", "ndcg_any@5", "mrr")
+KIND = "engram-eval compare report"
+
+
+def is_binary_metric(name: str) -> bool:
+    return bool(BINARY_METRIC.match(name))
+
+
+# -- reading a run ------------------------------------------------------------------------------
+@dataclass
+class Run:
+    path: Path
+    rows: list[dict[str, Any]]
+    rows_sha256: str
+    dataset_name: str | None
+    dataset_sha256: str | None
+    fingerprint: str | None
+    retriever: str | None
+    summary: dict[str, Any] | None = None
+    sidecar: dict[str, Any] | None = None
+    label: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        return {"path": str(self.path), "label": self.label, "rows_sha256": self.rows_sha256,
+                "fingerprint": self.fingerprint, "retriever": self.retriever,
+                "dataset": self.dataset_name, "dataset_sha256": self.dataset_sha256,
+                "n_rows": len(self.rows)}
+
+
+def _read_json_opt(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ProvenanceError(f"{path}: not readable JSON ({e})") from None
+    return obj if isinstance(obj, dict) else None
+
+
+def rows_bytes(path: Path) -> bytes:
+    raw = path.read_bytes()
+    return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+
+
+def load_run(path: str | Path) -> Run:
+    """Rows (through ``rows.scan_rows``) plus what the summary and sidecar say about them."""
+    from engram_eval.provenance import sidecar_path, summary_path
+    from engram_eval.rows import scan_rows
+
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: no such result file")
+    scan = scan_rows(p)
+    if scan.torn_bytes:
+        raise ProvenanceError(f"{p}: the last line is torn ({scan.torn_bytes} bytes); the run "
+                              "is incomplete (finish it with --resume first)")
+    rows_sha = getattr(scan, "sha256", "") or hashlib.sha256(rows_bytes(p)).hexdigest()
+    summary = _read_json_opt(summary_path(p))
+    sidecar = _read_json_opt(sidecar_path(p))
+    recorded = (summary or {}).get("rows_sha256")
+    if recorded and recorded != rows_sha:
+        raise ProvenanceError(f"{summary_path(p)}: records rows_sha256 {recorded} but the rows "
+                              f"of {p} hash to {rows_sha}; the summary does not describe them")
+    shas: dict[str, str] = {}
+    name = None
+    if summary and summary.get("dataset_sha256"):
+        shas["summary"] = summary["dataset_sha256"]
+        name = summary.get("dataset")
+    ds = (sidecar or {}).get("dataset")
+    if isinstance(ds, dict) and ds.get("sha256"):
+        shas["sidecar"] = ds["sha256"]
+        name = name or ds.get("name")
+    if len(set(shas.values())) > 1:
+        raise ProvenanceError(f"{p}: its summary and sidecar name different dataset hashes "
+                              f"({shas['summary']} vs {shas['sidecar']})")
+    fp = (summary or {}).get("fingerprint") or (sidecar or {}).get("fingerprint")
+    retr = (summary or {}).get("retriever")
+    if retr is None and isinstance((sidecar or {}).get("retriever"), dict):
+        retr = sidecar["retriever"].get("retriever")  # type: ignore[index]
+    return Run(p, scan.rows, rows_sha, name,
+               next(iter(shas.values()), None), fp, retr, summary, sidecar,
+               label=p.name)
+
+
+# -- statistics -----------------------------------------------------------------------------------
+def mcnemar_exact(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
+    """Exact McNemar test on paired 0/1 outcomes (see module doc)."""
+    try:
+        from scipy.stats import binomtest
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ConfigError("compare needs scipy for the exact McNemar test: "
+                          "pip install 'scipy>=1.10'") from None
+
+    lost = sum(1 for x, y in zip(a, b, strict=True) if x == 1 and y == 0)
+    gained = sum(1 for x, y in zip(a, b, strict=True) if x == 0 and y == 1)
+    n = lost + gained
+    p = 1.0 if n == 0 else float(binomtest(gained, n, 0.5, alternative="two-sided").pvalue)
+    return {"lost": lost, "gained": gained, "discordant": n, "p": min(1.0, p)}
+
+
+def bootstrap_deltas(diffs: Any, n_boot: int, seed: int) -> Any:
+    """Replicate means of each column of ``diffs`` (n x m) under one paired resample of rows.
+
+    Draws exactly ``default_rng(seed).integers(0, n, size=(n_boot, n))`` and returns an
+    ``(n_boot, m)`` array whose row r is ``diffs[idx[r]].mean(axis=0)``.
+    """
+    import numpy as np
+
+    d = np.asarray(diffs, dtype=float)
+    n = d.shape[0]
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n_boot, n))
+    # counts[r, i] = how often question i was drawn in replicate r; mean = counts @ d / n
+    flat = (idx + (np.arange(n_boot) * n)[:, None]).ravel()
+    counts = np.bincount(flat, minlength=n_boot * n).reshape(n_boot, n).astype(float)
+    return counts @ d / n
+
+
+def percentile_interval(replicates: Any, alpha: float) -> Any:
+    import numpy as np
+
+    return np.quantile(replicates, [alpha / 2, 1 - alpha / 2], axis=0)
+
+
+def segment_ids(ids: Sequence[str], n_segments: int, by: str) -> list[list[str]]:
+    import numpy as np
+
+    if by == "hash":
+        order = sorted(ids, key=lambda i: (hashlib.sha256(i.encode("utf-8")).hexdigest(), i))
+    elif by == "order":
+        order = list(ids)
+    else:
+        raise ConfigError(f"--segment-by must be hash or order, got {by!r}")
+    return [list(part) for part in np.array_split(np.array(order, dtype=object), n_segments)]
+
+
+# -- the comparison -------------------------------------------------------------------------------
+def _metrics_of(run: Run, protocol: str) -> dict[str, dict[str, float]]:
+    out = {}
+    for r in run.rows:
+        m = r["metrics"].get(protocol) if isinstance(r["metrics"], dict) else None
+        if m is not None:
+            out[r["question_id"]] = m
+    return out
+
+
+def check_comparable(a: Run, b: Run, protocol: str) -> None:
+    for run in (a, b):
+        if run.dataset_sha256 is None:
+            raise ProvenanceError(f"{run.path}: neither a summary nor a sidecar names the "
+                                  "dataset's sha256; cannot show both runs used the same data")
+    if a.dataset_sha256 != b.dataset_sha256:
+        raise ProvenanceError(
+            f"runs are over different datasets: {a.path} used {a.dataset_name} (sha256 "
+            f"{a.dataset_sha256}), {b.path} used {b.dataset_name} (sha256 {b.dataset_sha256})")
+    ia = [r["question_id"] for r in a.rows]
+    ib = [r["question_id"] for r in b.rows]
+    if set(ia) != set(ib):
+        only_a = sorted(set(ia) - set(ib))
+        only_b = sorted(set(ib) - set(ia))
+        raise ProvenanceError(
+            f"runs cover different question sets: {len(only_a)} only in {a.path} "
+            f"({', '.join(only_a[:5])}), {len(only_b)} only in {b.path} "
+            f"({', '.join(only_b[:5])})")
+    rb = {r["question_id"]: r for r in b.rows}
+    for ra in a.rows:
+        qid = ra["question_id"]
+        ga = (ra.get("gold") or {}).get(protocol)
+        gb = (rb[qid].get("gold") or {}).get(protocol)
+        if ga is not None and gb is not None and sorted(ga) != sorted(gb):
+            raise ProvenanceError(f"question {qid}: gold under {protocol!r} differs between "
+                                  f"{a.path} and {b.path}")
+        if ra["question_type"] != rb[qid]["question_type"]:
+            raise ProvenanceError(f"question {qid}: question_type differs between the runs")
+        ma = ra["metrics"].get(protocol) if isinstance(ra["metrics"], dict) else None
+        mb = rb[qid]["metrics"].get(protocol) if isinstance(rb[qid]["metrics"], dict) else None
+        if (ma is None) != (mb is None):
+            raise ProvenanceError(f"question {qid}: scored under {protocol!r} in only one of "
+                                  "the runs")
+
+
+def compare_runs(a: Run, b: Run, *, protocol: str = "answerable",
+                 metrics: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
+                 segments: int = 5, segment_by: str = "hash", alpha: float = 0.05
+                 ) -> dict[str, Any]:
+    import numpy as np
+
+    if n_boot < 1:
+        raise ConfigError("--bootstrap must be >= 1")
+    if segments < 1:
+        raise ConfigError("--segments must be >= 1")
+    if not 0 < alpha < 1:
+        raise ConfigError("alpha must be in (0, 1)")
+    check_comparable(a, b, protocol)
+    ma, mb = _metrics_of(a, protocol), _metrics_of(b, protocol)
+    if not ma:
+        raise ConfigError(f"no question is scored under protocol {protocol!r} in {a.path}")
+    order = [r["question_id"] for r in a.rows if r["question_id"] in ma]
+    types = {r["question_id"]: r["question_type"] for r in a.rows}
+    first = ma[order[0]]
+    names = list(metrics) if metrics else list(first)
+    for qid in order:
+        for run, m in ((a, ma[qid]), (b, mb[qid])):
+            for name in names:
+                v = m.get(name)
+                if not isinstance(v, int | float) or isinstance(v, bool):
+                    raise DataError(run.path, f"question_id={qid}", f"metrics.{protocol}.{name}",
+                                    "missing or not a number")
+                if is_binary_metric(name) and v not in (0, 1):
+                    raise DataError(run.path, f"question_id={qid}", f"metrics.{protocol}.{name}",
+                                    f"binary metric has value {v}")
+    A = np.array([[float(ma[q][n]) for n in names] for q in order])
+    B = np.array([[float(mb[q][n]) for n in names] for q in order])
+    D = B - A
+    groups: dict[str, list[int]] = {"overall": list(range(len(order)))}
+    for i, q in enumerate(order):
+        groups.setdefault(types[q], []).append(i)
+    out_groups: dict[str, Any] = {}
+    for g in ["overall", *sorted(k for k in groups if k != "overall")]:
+        ix = groups[g]
+        reps = bootstrap_deltas(D[ix], n_boot, seed)
+        lo, hi = percentile_interval(reps, alpha)
+        res: dict[str, Any] = {}
+        for j, name in enumerate(names):
+            entry: dict[str, Any] = {
+                "a": float(A[ix, j].mean()), "b": float(B[ix, j].mean()),
+                "delta": float(D[ix, j].mean()), "ci": [float(lo[j]), float(hi[j])],
+                "binary": is_binary_metric(name)}
+            if entry["binary"]:
+                entry["mcnemar"] = mcnemar_exact(A[ix, j].tolist(), B[ix, j].tolist())
+                entry["significant"] = entry["mcnemar"]["p"] < alpha
+            else:
+                entry["significant"] = bool(lo[j] > 0 or hi[j] < 0)
+            res[name] = entry
+        out_groups[g] = {"n": len(ix), "metrics": res}
+    flips = {}
+    for j, name in enumerate(names):
+        if is_binary_metric(name):
+            flips[name] = {"gained": [q for i, q in enumerate(order) if D[i, j] > 0],
+                           "lost": [q for i, q in enumerate(order) if D[i, j] < 0]}
+    segs = segment_ids(order, segments, segment_by)
+    pos = {q: i for i, q in enumerate(order)}
+    seg_out: dict[str, Any] = {}
+    for j, name in enumerate(names):
+        overall = float(D[:, j].mean())
+        deltas = [float(D[[pos[q] for q in s], j].mean()) if s else 0.0 for s in segs]
+        sign = (overall > 0) - (overall < 0)
+        flipped = [k for k, d in enumerate(deltas) if sign and ((d > 0) - (d < 0)) == -sign]
+        seg_out[name] = {"deltas": deltas, "flipped_segments": flipped,
+                         "robust": bool(sign != 0 and not flipped),
+                         "verdict": ("no difference" if sign == 0 else
+                                     "robust" if not flipped else "not robust")}
+    from engram_eval.io import sha256_file
+
+    ov = out_groups["overall"]["metrics"]
+    verdict = {
+        "significantly_better": [n for n in names if ov[n]["significant"] and ov[n]["delta"] > 0],
+        "significantly_worse": [n for n in names if ov[n]["significant"] and ov[n]["delta"] < 0],
+        "not_robust": [n for n in names if seg_out[n]["verdict"] == "not robust"],
+        "note": "overall only; one test per metric, no correction for multiple comparisons",
+    }
+    return {
+        "kind": KIND,
+        "protocol": protocol,
+        "direction": "delta = B - A",
+        "a": a.describe(),
+        "b": b.describe(),
+        "dataset": {"name": a.dataset_name, "sha256": a.dataset_sha256},
+        "n": len(order),
+        "question_order": "rows of A",
+        "settings": {"bootstrap": n_boot, "seed": seed, "confidence": 1 - alpha,
+                     "alpha": alpha, "interval": "paired bootstrap percentile",
+                     "segments": segments, "segment_by": segment_by,
+                     "binary_metrics": "by name: recall_any@k, recall_all@k, hit@k",
+                     "binary_test": "exact McNemar (scipy.stats.binomtest, two-sided)"},
+        "metrics": names,
+        "groups": out_groups,
+        "flips": flips,
+        "segment_consistency": {"segments": [len(s) for s in segs], "by_metric": seg_out},
+        "verdict": verdict,
+        "generator": {"module": "engram_eval/compare.py",
+                      "sha256": sha256_file(Path(__file__))},
+    }
+
+
+def format_report(rep: Mapping[str, Any], metrics: Sequence[str] | None = None) -> str:
+    names = [m for m in (metrics or HEADLINE) if m in rep["metrics"]] or list(rep["metrics"])[:5]
+    a, b = rep["a"], rep["b"]
+    conf = int(round(rep["settings"]["confidence"] * 100))
+    lines = [f"compare protocol={rep['protocol']} n={rep['n']}  delta = B - A",
+             f"  A: {a['path']} ({a['retriever']}, fingerprint {a['fingerprint']})",
+             f"  B: {b['path']} ({b['retriever']}, fingerprint {b['fingerprint']})",
+             f"  dataset {rep['dataset']['name']} sha256 {rep['dataset']['sha256']}",
+             f"  {conf}% paired bootstrap ({rep['settings']['bootstrap']} resamples, seed "
+             f"{rep['settings']['seed']}); exact McNemar p for binary metrics", ""]
+    for g, gv in rep["groups"].items():
+        lines.append(f"{g} (n={gv['n']})")
+        for n in names:
+            e = gv["metrics"][n]
+            p = f"  McNemar p={e['mcnemar']['p']:.4g} (+{e['mcnemar']['gained']}/-" \
+                f"{e['mcnemar']['lost']})" if e["binary"] else ""
+            star = " *" if e["significant"] else ""
+            lines.append(f"  {n:<15} A={e['a']:.4f} B={e['b']:.4f} delta={e['delta']:+.4f} "
+                         f"[{e['ci'][0]:+.4f}, {e['ci'][1]:+.4f}]{p}{star}")
+    lines.append("")
+    lines.append(f"segment consistency ({len(rep['segment_consistency']['segments'])} segments "
+                 f"by {rep['settings']['segment_by']}):")
+    for n in names:
+        s = rep["segment_consistency"]["by_metric"][n]
+        lines.append(f"  {n:<15} {s['verdict']:<13} "
+                     + " ".join(f"{d:+.3f}" for d in s["deltas"]))
+    v = rep["verdict"]
+    lines.append(f"significantly better (overall): {', '.join(v['significantly_better']) or '-'}")
+    lines.append(f"significantly worse (overall): {', '.join(v['significantly_worse']) or '-'}")
+    lines.append(f"not robust across segments: {', '.join(v['not_robust']) or '-'}")
+    for n in names:
+        if n in rep["flips"]:
+            f = rep["flips"][n]
+            lines.append(f"flips {n}: gained {len(f['gained'])} {f['gained'][:10]}, lost "
+                         f"{len(f['lost'])} {f['lost'][:10]}")
+    return "\n".join(lines)

@@ -1,0 +1,157 @@
+"""Confidence of a search result: a documented score in [0, 1].
+
+* **With a cross-encoder** (``rerank=True``): ``confidence = sigmoid(logit)`` of the
+  cross-encoder's raw score for (query, memory text) -- the benchmark's score conversion
+  (:func:`engram_eval.retrieval.rerank.sigmoid`).
+* **Offline default** (no cross-encoder): a logistic (Platt-style) mapping of *absolute*
+  signals of one (query, memory) pair -- never normalised per question, so a question whose
+  answer is absent does not get a confident "best of a bad lot":
+
+  ``confidence = sigmoid(b0 + b_dense * dense + b_terms * terms + b_time * time)``
+
+  - ``dense``: cosine similarity of the query to the memory's best-matching piece;
+  - ``terms``: the fraction of the query's content terms the memory contains
+    (:func:`engram_eval.retrieval.passages.content_terms`, plural-aware matching; 0 when the
+    query has no content term);
+  - ``time``: +1 when the query names a time window and the memory's date lies in it, -1
+    when it names one and the date lies outside, 0 otherwise (no window, no date).
+
+  The coefficients are fitted by ``benchmarks/production_retrieval/calibrate.py`` on the dev
+  fixture (every (question, memory) pair, label = memory is gold) and stored, with the data
+  hash, model hash, settings and the expected calibration error, in the versioned package
+  file ``calibration_v1.json`` (a hashed source).
+
+The gate's cut-off (``min_confidence``, default 0.6) is a **relevance threshold, not a
+probability of correctness**: the calibration set is small and synthetic, and a returned
+memory is not checked for factual truth or completeness.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engram_eval.errors import ConfigError
+from engram_eval.retrieval.passages import content_terms, terms_match
+from engram_eval.retrieval.rerank import sigmoid
+
+FEATURES = ("dense", "terms", "time")
+CALIBRATION_KIND = "engram-eval/production-calibration"
+_TOKEN = re.compile(r"[^\W_]+")  # the tokens passages.content_terms reads
+
+
+def term_coverage(query: str, text: str) -> float:
+    """Fraction of the query's content terms found in ``text`` (each term counted once)."""
+    terms = content_terms(query)
+    if not terms:
+        return 0.0
+    tokens = set(_TOKEN.findall(text.lower()))
+    hit = sum(1 for t in terms if any(terms_match(t, tok) for tok in tokens))
+    return hit / len(terms)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Logistic coefficients (``intercept`` and one weight per :data:`FEATURES` entry)."""
+
+    intercept: float
+    weights: tuple[float, ...]
+    embedding_sha256: str
+    settings: dict[str, Any]
+    path: str = ""
+    record: dict[str, Any] | None = None
+
+    def confidence(self, features: Sequence[float]) -> float:
+        z = self.intercept + sum(w * x for w, x in zip(self.weights, features, strict=True))
+        return sigmoid(z)
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{p}: calibration file is not readable JSON: {e}") from None
+    if doc.get("kind") != CALIBRATION_KIND or tuple(doc.get("features", ())) != FEATURES:
+        raise ConfigError(f"{p}: not a production calibration for features {list(FEATURES)}")
+    c = doc["coefficients"]
+    return Calibration(float(c["intercept"]), tuple(float(c[f]) for f in FEATURES),
+                       doc["embedding_model"]["sha256"], doc["settings"], str(p), doc)
+
+
+def check_calibration(cal: Calibration, embedding_sha256: str, settings: dict[str, Any]) -> None:
+    """Refuse a calibration fitted for other model files or other retrieval settings."""
+    if cal.embedding_sha256 != embedding_sha256:
+        raise ConfigError(
+            f"{cal.path}: calibration was fitted for embedding model files "
+            f"{cal.embedding_sha256[:16]}…, this run uses {embedding_sha256[:16]}…; fit one with "
+            "benchmarks/production_retrieval/calibrate.py and pass --calibration FILE")
+    from engram_eval.provenance import diff
+
+    # the model is compared by its files' hash above, not by the name or path it was given
+    d = diff({k: v for k, v in cal.settings.items() if k != "embedding_model"},
+             {k: v for k, v in settings.items() if k != "embedding_model"})
+    if d:
+        raise ConfigError(f"{cal.path}: calibration was fitted under other settings: "
+                          + "; ".join(d[:5]))
+
+
+# --------------------------------------------------------------------------- fitting
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1e-3,
+                 iterations: int = 100) -> tuple[float, np.ndarray]:
+    """Logistic regression by Newton's method (IRLS) with a small L2 penalty on the weights
+    (not the intercept). Returns (intercept, weights). Deterministic."""
+    n, d = x.shape
+    a = np.hstack([np.ones((n, 1)), x])
+    beta = np.zeros(d + 1)
+    reg = np.full(d + 1, l2)
+    reg[0] = 0.0
+    for _ in range(iterations):
+        z = a @ beta
+        p = 1.0 / (1.0 + np.exp(-z))
+        w = p * (1 - p)
+        grad = a.T @ (p - y) + reg * beta
+        hess = (a * w[:, None]).T @ a + np.diag(reg) + 1e-9 * np.eye(d + 1)
+        step = np.linalg.solve(hess, grad)
+        beta -= step
+        if float(np.max(np.abs(step))) < 1e-10:
+            break
+    return float(beta[0]), beta[1:].copy()
+
+
+def reliability(prob: Sequence[float], label: Sequence[int], bins: int = 10) -> dict[str, Any]:
+    """Expected calibration error over ``bins`` equal-width bins, with the bin table:
+    ECE = sum_b (n_b / n) * |mean(label in b) - mean(prob in b)|."""
+    p = np.asarray(prob, dtype=float)
+    y = np.asarray(label, dtype=float)
+    edges = np.linspace(0, 1, bins + 1)
+    table: list[dict[str, Any]] = []
+    ece = 0.0
+    for i in range(bins):
+        lo, hi = edges[i], edges[i + 1]
+        m = (p >= lo) & ((p < hi) if i < bins - 1 else (p <= hi))
+        nb = int(m.sum())
+        if nb:
+            acc, conf = float(y[m].mean()), float(p[m].mean())
+            ece += nb / len(p) * abs(acc - conf)
+            table.append({"lo": float(lo), "hi": float(hi), "n": nb, "mean_confidence": conf,
+                          "fraction_gold": acc})
+        else:
+            table.append({"lo": float(lo), "hi": float(hi), "n": 0, "mean_confidence": None,
+                          "fraction_gold": None})
+    return {"ece": ece, "bins": table, "n": int(len(p))}
+
+
+def log_loss(prob: Sequence[float], label: Sequence[int]) -> float:
+    eps = 1e-12
+    return float(-np.mean([y * math.log(max(p, eps)) + (1 - y) * math.log(max(1 - p, eps))
+                           for p, y in zip(prob, label, strict=True)]))

@@ -1,0 +1,258 @@
+"""The retrieval settings: one frozen dataclass that validates itself on construction.
+
+:class:`RetrievalSettings` holds every setting that can change a ranking of the retrievers
+in :mod:`engram_eval.retrieval.hybrid` (plus the three runtime knobs they need: encoding
+batch size and the embedding cache). It is what a library user builds a retriever from, and
+:class:`engram_eval.config.RunConfig` inherits it, so the run configuration's retrieval part,
+its YAML keys and its CLI flags are these fields, with these names.
+
+Validation runs in ``__post_init__`` (so ``RetrievalSettings(...)`` and
+``dataclasses.replace(...)`` both validate): every field's type, allowed choices and range
+(from the field's metadata) and the cross-field rules (``dense_piece_overlap <
+dense_piece_words``). A bad value raises :class:`~engram_eval.errors.ConfigError` naming the
+field.
+
+Each field's metadata carries its help text, its CLI ``group`` (the pipeline stage: dense,
+lexical, fusion, temporal, rerank, coverage, runtime), whether it is part of the run
+fingerprint, and its bounds. ``describe()`` of a retriever is derived from these fields
+(:func:`describe_settings`), never written by hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from engram_eval.errors import ConfigError
+
+#: Signals the hybrid retriever can compute, in trace/fusion order, with their use flag and
+#: weight field.
+SIGNALS: tuple[tuple[str, str, str], ...] = (
+    ("dense", "use_dense", "weight_dense"),
+    ("bm25_user", "use_bm25_user", "weight_bm25_user"),
+    ("bm25_assistant", "use_bm25_assistant", "weight_bm25_assistant"),
+    ("bm25_turn", "use_bm25_turn", "weight_bm25_turn"),
+    ("bm25_prf", "use_bm25_prf", "weight_bm25_prf"),
+    ("dense_rocchio", "use_dense_rocchio", "weight_dense_rocchio"),
+)
+
+#: CLI/argument-group order (stages of the pipeline).
+GROUPS = ("selection", "dense", "lexical", "fusion", "temporal", "rerank", "coverage",
+          "runtime")
+
+
+def _f(default: Any, help: str, *, group: str, fingerprint: bool = True,
+       choices: Sequence[Any] | None = None, lo: float | None = None, hi: float | None = None,
+       cli: bool = True, hidden: bool = False) -> Any:
+    """A dataclass field with the metadata used for validation, YAML, CLI and describe()."""
+    assert group in GROUPS, group
+    meta = {"help": help, "fingerprint": fingerprint, "choices": choices, "lo": lo, "hi": hi,
+            "cli": cli, "group": group, "hidden": hidden}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def check_fields(obj: Any) -> None:
+    """Type, choice and range checks of every dataclass field of ``obj`` (ConfigError)."""
+    for f in fields(obj):
+        v = getattr(obj, f.name)
+        m = f.metadata
+        t = str(f.type)
+        if m.get("choices") and v not in m["choices"]:
+            raise ConfigError(f"config field {f.name}={v!r}: must be one of {list(m['choices'])}")
+        if v is None:
+            if "None" not in t:
+                raise ConfigError(f"config field {f.name} may not be null")
+            continue
+        if t == "bool":
+            if not isinstance(v, bool):
+                raise ConfigError(f"config field {f.name}={v!r}: must be true or false")
+            continue
+        if t.startswith("int"):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ConfigError(f"config field {f.name}={v!r}: must be an integer")
+        elif t == "float":
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+                raise ConfigError(f"config field {f.name}={v!r}: must be a number")
+        elif t == "str":
+            if not isinstance(v, str):
+                raise ConfigError(f"config field {f.name}={v!r}: must be a string")
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if m.get("lo") is not None and v < m["lo"]:
+                raise ConfigError(f"config field {f.name}={v!r}: must be >= {m['lo']}")
+            if m.get("hi") is not None and v > m["hi"]:
+                raise ConfigError(f"config field {f.name}={v!r}: must be <= {m['hi']}")
+
+
+@dataclass(frozen=True)
+class RetrievalSettings:
+    """Every setting of the hybrid retriever (see each field's help text and
+    :mod:`engram_eval.retrieval.hybrid` for the pipeline). Validated on construction."""
+
+    # dense
+    use_dense: bool = _f(True, "dense retrieval over user text (signal 'dense')", group="dense")
+    embedding_backend: str = _f("sentence_transformers", "embedding backend", group="dense",
+                                choices=("sentence_transformers", "flag_embedding", "onnx"))
+    embedding_model: str = _f("all-MiniLM-L6-v2", "embedding model: name (bundled or HF cache) "
+                              "or local path", group="dense")
+    embedding_precision: str = _f("fp32", "embedding inference precision", group="dense",
+                                  choices=("fp32", "bf16", "int8"))
+    dense_piece_words: int = _f(128, "user text is embedded in pieces of at most this many "
+                                "words (each user turn, long turns split into windows); no "
+                                "truncation", group="dense", lo=8, hi=512)
+    dense_piece_overlap: int = _f(16, "word overlap between windows of one long turn "
+                                  "(must be smaller than dense_piece_words)", group="dense",
+                                  lo=0, hi=256)
+    dense_aggregate: str = _f("max", "session score from its piece similarities",
+                              group="dense", choices=("max", "max_mean"))
+    use_dense_rocchio: bool = _f(False, "Rocchio dense feedback (signal 'dense_rocchio'): the "
+                                 "question vector moved toward the best piece vectors of the "
+                                 "top feedback_docs first-pass sessions, pieces re-scored "
+                                 "(no new encodings)", group="dense")
+    rocchio_beta: float = _f(0.5, "Rocchio: query = normalise(q + beta * mean(feedback "
+                             "piece vectors))", group="dense", lo=0.0, hi=10.0)
+    # lexical
+    use_bm25_user: bool = _f(True, "BM25 over user text (signal 'bm25_user')", group="lexical")
+    use_bm25_assistant: bool = _f(True, "BM25 over assistant text (signal 'bm25_assistant')",
+                                  group="lexical")
+    use_bm25_turn: bool = _f(False, "BM25 over single user turns, a session scoring its best "
+                             "turn (signal 'bm25_turn')", group="lexical")
+    use_bm25_prf: bool = _f(False, "pseudo-relevance feedback BM25 (signal 'bm25_prf', "
+                            "RM3-style): the question expanded with the prf_terms "
+                            "highest-weighted terms of the top feedback_docs first-pass "
+                            "sessions, re-scored with BM25 over user text", group="lexical")
+    bm25_k1: float = _f(1.5, "BM25 k1", group="lexical", lo=0.0, hi=10.0)
+    bm25_b: float = _f(0.75, "BM25 b", group="lexical", lo=0.0, hi=1.0)
+    prf_terms: int = _f(10, "feedback terms added to the question (bm25_prf)", group="lexical",
+                        lo=1, hi=200)
+    feedback_docs: int = _f(1, "first-pass sessions used as feedback (bm25_prf, "
+                            "dense_rocchio)", group="lexical", lo=1, hi=100)
+    feedback_source: str = _f("dense", "first-pass ranking of the feedback signals: 'dense' "
+                              "(falls back to bm25_user when dense is off) or 'bm25_user'; "
+                              "fixed, independent of the fusion weights, so runs can be "
+                              "re-fused offline", group="lexical",
+                              choices=("dense", "bm25_user"))
+    # fusion
+    fusion: str = _f("rrf", "fusion method: 'rrf' (weighted reciprocal rank) or 'convex' "
+                     "(weighted sum of per-question normalised scores)", group="fusion",
+                     choices=("rrf", "convex"))
+    normalisation: str = _f("minmax", "per-question score normalisation of convex fusion",
+                            group="fusion", choices=("minmax", "zscore"))
+    rrf_k: float = _f(60.0, "reciprocal-rank-fusion constant k (score = sum w / (k + rank))",
+                      group="fusion", lo=0.0, hi=1000.0)
+    weight_dense: float = _f(1.0, "fusion weight of the dense signal", group="fusion",
+                             lo=0.0, hi=10.0)
+    weight_bm25_user: float = _f(1.0, "fusion weight of the user BM25 signal", group="fusion",
+                                 lo=0.0, hi=10.0)
+    weight_bm25_assistant: float = _f(0.5, "fusion weight of the assistant BM25 signal",
+                                      group="fusion", lo=0.0, hi=10.0)
+    weight_bm25_turn: float = _f(0.0, "fusion weight of the turn BM25 signal (computed and "
+                                 "traced when use_bm25_turn, even at weight 0)",
+                                 group="fusion", lo=0.0, hi=10.0)
+    weight_bm25_prf: float = _f(0.0, "fusion weight of the feedback BM25 signal",
+                                group="fusion", lo=0.0, hi=10.0)
+    weight_dense_rocchio: float = _f(0.0, "fusion weight of the Rocchio dense signal",
+                                     group="fusion", lo=0.0, hi=10.0)
+    # temporal
+    temporal: bool = _f(True, "boost sessions dated inside the question's time window",
+                        group="temporal")
+    temporal_boost: float = _f(1.25, "multiplier for sessions inside the time window "
+                               "(applied to the non-negative prior score)", group="temporal",
+                               lo=1.0, hi=10.0)
+    # rerank
+    rerank: bool = _f(False, "rerank the top candidates with a cross-encoder", group="rerank")
+    reranker_backend: str = _f("sentence_transformers", "cross-encoder backend",
+                               group="rerank", choices=("sentence_transformers",
+                                                        "flag_embedding"))
+    reranker_model: str = _f("BAAI/bge-reranker-base", "cross-encoder: HF id in the local "
+                             "cache or a local path", group="rerank")
+    rerank_candidates: int = _f(35, "how many fused candidates are reranked", group="rerank",
+                                lo=1, hi=10000)
+    rerank_max_length: int = _f(512, "cross-encoder max input tokens", group="rerank",
+                                lo=16, hi=8192)
+    fusion_alpha: float = _f(0.0, "blend of the prior (fused) rank into the reranked score",
+                             group="rerank", lo=0.0, hi=1.0)
+    passage_fallback: bool = _f(True, "retry long documents with a focused excerpt when every "
+                                "base sigmoid score is under passage_floor", group="rerank")
+    passage_floor: float = _f(0.001, "activation floor of the passage fallback",
+                              group="rerank", lo=0.0, hi=1.0)
+    passage_max_words: int = _f(160, "excerpt length limit in words", group="rerank",
+                                lo=8, hi=2000)
+    # coverage
+    preserve_prior: bool = _f(True, "after a rerank, keep the best prior (post-temporal) "
+                              "candidate inside the first result_k", group="coverage")
+    result_k: int = _f(5, "window of the prior-leader coverage step", group="coverage",
+                       lo=1, hi=1000)
+    # runtime (not part of the fingerprint)
+    batch_size: int = _f(16, "encoding batch size (16 measured fastest on 2 CPU cores)",
+                         group="runtime", fingerprint=False, lo=1, hi=4096)
+    use_cache: bool = _f(True, "reuse embeddings cached by (model files, precision, text)",
+                         group="runtime", fingerprint=False)
+    cache_dir: str = _f("", "embedding cache directory (default ~/.cache/engram-eval)",
+                        group="runtime", fingerprint=False)
+
+    def __post_init__(self) -> None:
+        self._validate()
+
+    def _validate(self) -> None:
+        check_fields(self)
+        if self.dense_piece_overlap >= self.dense_piece_words:
+            raise ConfigError("config field dense_piece_overlap: must be smaller than "
+                              "dense_piece_words")
+        if self.use_dense_rocchio and not self.use_dense:
+            raise ConfigError("config field use_dense_rocchio: needs use_dense (it re-scores "
+                              "the dense pieces)")
+
+    # ------------------------------------------------------------------
+    @classmethod
+    def of(cls, config: Any) -> RetrievalSettings:
+        """The retrieval settings of ``config`` (a RetrievalSettings, a RunConfig or any
+        object/mapping with these attribute names); validated."""
+        if type(config) is cls:
+            return config
+        names = [f.name for f in fields(cls)]
+        if isinstance(config, Mapping):
+            return cls(**{n: config[n] for n in names if n in config})
+        return cls(**{n: getattr(config, n) for n in names if hasattr(config, n)})
+
+    def signal_names(self) -> list[str]:
+        """Signals switched on (computed and traced), in trace order."""
+        return [name for name, flag, _ in SIGNALS if getattr(self, flag)]
+
+    def weights(self) -> dict[str, float]:
+        """Fusion weight of every switched-on signal."""
+        return {name: float(getattr(self, w)) for name, flag, w in SIGNALS
+                if getattr(self, flag)}
+
+    def fusion_spec(self) -> dict[str, Any]:
+        """What the question trace records under ``fusion``."""
+        return {"method": self.fusion, "normalisation": self.normalisation,
+                "weights": self.weights(), "k": self.rrf_k}
+
+
+def describe_settings(settings: RetrievalSettings) -> dict[str, Any]:
+    """The fingerprinted settings grouped by stage (``dense``, ``lexical``, ``fusion``,
+    ``temporal``, ``rerank``, ``coverage``), derived from the field metadata, plus
+    ``signals`` (the switched-on signals). A stage that is off keeps only its switch
+    (``{"use_dense": false, ...}`` without the embedding model; ``{"rerank": false}``),
+    since its parameters cannot change the ranking."""
+    out: dict[str, Any] = {"signals": settings.signal_names()}
+    for f in fields(settings):
+        m = f.metadata
+        if not m["fingerprint"]:
+            continue
+        g = m["group"]
+        off = ((g == "dense" and not settings.use_dense)
+               or (g == "rerank" and not settings.rerank))
+        if off and not (f.name.startswith("use_") or f.name == "rerank"):
+            continue
+        out.setdefault(g, {})[f.name] = getattr(settings, f.name)
+    return out
+
+
+def replace_settings(settings: RetrievalSettings, **changes: Any) -> RetrievalSettings:
+    """``dataclasses.replace`` (validates)."""
+    return dataclasses.replace(settings, **changes)

@@ -1,0 +1,99 @@
+"""Summaries of result rows: per-protocol means, denominators, baselines, tables.
+
+Everything here is computed from rows alone (``verify`` recomputes it the same way). A
+summary file ``<output>.summary.json`` holds the run's fingerprint, dataset name and hash,
+retriever, ``n_questions``, ``rows_sha256`` (sha256 of the uncompressed rows bytes), the
+per-protocol blocks and, when the retriever traces it, ``temporal_windows`` (how many
+questions got each temporal-parsing status).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from engram_eval import protocols as P
+from engram_eval.metrics import KS, mean_metrics, random_baseline
+
+TABLE_METRICS = ("recall_any@1", "recall_any@3", "recall_any@5", "recall_any@10",
+                 "recall_all@5", "recall_all@10", "ndcg_any@5", "ndcg_any@10")
+
+DENOMINATORS = {
+    "answerable": "questions with answer_session_ids, excluding _abs (Engram protocol)",
+    "official": "LongMemEval reference printer (print_retrieval_metrics.py): every non-_abs "
+                "question; gold = answer sessions with a user has_answer turn; a question "
+                "with no gold scores recall_any 0, recall_all 1, ndcg 0; a session id "
+                "repeated in the haystack takes one position per entry",
+    "official_nonempty_gold": "reference gold, questions with no gold skipped, one position "
+                              "per distinct session",
+    "all": "every question (no-gold questions score recall_all=1, recall_any=0)",
+    "locomo": "QA items with at least one evidence session resolved",
+}
+
+
+def summarize_rows(rows: Sequence[Mapping[str, Any]], protocols: Sequence[str]) -> dict[str, Any]:
+    """Per-protocol means, per-type tables and random baselines, from rows alone."""
+    summaries = {}
+    for p in protocols:
+        per_q = [(r["question_id"], r["question_type"], r["metrics"].get(p)) for r in rows]
+        summaries[p] = P.summarize(per_q, p)
+    out = P.summary_to_json(summaries)
+    for p in protocols:
+        base = []
+        for r in rows:
+            g = r.get("gold", {}).get(p)
+            if r["metrics"].get(p) is None or g is None:
+                continue
+            n_gold = len(set(g) & set(r["ranked_session_ids"]))
+            pool = len(r["ranked_session_ids"])
+            row = {}
+            for k in KS:
+                rb = random_baseline(n_gold, pool, k) if pool else {
+                    f"recall_any@{k}": 0.0, f"recall_all@{k}": 1.0 if n_gold == 0 else 0.0}
+                row.update(rb)
+            base.append(row)
+        out["protocols"][p]["random_baseline"] = mean_metrics(base) if base else {}
+        out["protocols"][p]["denominator"] = DENOMINATORS.get(p, p)
+    windows = temporal_windows(rows)
+    if windows:
+        out["temporal_windows"] = windows
+    return out
+
+
+def temporal_windows(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """``{status: number of questions}`` over rows whose ``trace.question`` has a
+    ``temporal_status`` (written by the retriever's temporal step); ``{}`` when none has."""
+    counts: Counter[str] = Counter()
+    for r in rows:
+        q = (r.get("trace") or {}).get("question") or {}
+        status = q.get("temporal_status") if isinstance(q, Mapping) else None
+        if status is not None:
+            counts[str(status)] += 1
+    return dict(sorted(counts.items()))
+
+
+def build_summary(rows: Sequence[Mapping[str, Any]], protocols: Sequence[str], *,
+                  fingerprint: str, dataset: str, dataset_sha256: str, retriever: str,
+                  rows_sha256: str) -> dict[str, Any]:
+    """The summary file's content (see the module docstring)."""
+    return {"fingerprint": fingerprint, "dataset": dataset, "dataset_sha256": dataset_sha256,
+            "retriever": retriever, "n_questions": len(rows), "rows_sha256": rows_sha256,
+            **summarize_rows(rows, protocols)}
+
+
+def format_summary(summary: Mapping[str, Any], metric_names: Sequence[str] = TABLE_METRICS) -> str:
+    """One table per protocol (header names protocol, n and skipped), with its denominator."""
+    lines = []
+    for p, s in summary["protocols"].items():
+        ps = P.ProtocolSummary(p, s["n"], s["metrics"],
+                               {t: (v["n"], v["metrics"]) for t, v in s["by_type"].items()},
+                               s.get("n_skipped", 0))
+        lines.append(P.format_table(ps, metric_names))
+        lines.append(f"  denominator: {s.get('denominator', DENOMINATORS.get(p, p))}")
+        lines.append("")
+    windows = summary.get("temporal_windows")
+    if windows:
+        lines.append("temporal windows: " + ", ".join(f"{k}={v}" for k, v in windows.items()))
+        lines.append("")
+    return "\n".join(lines)

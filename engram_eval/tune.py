@@ -1,0 +1,583 @@
+"""``engram-eval tune``: choose fusion and temporal settings offline from a run's traces.
+
+``tune RUN.jsonl --grid GRID.yaml --output CONFIG.yaml`` reads a finished run of the hybrid
+retriever (plain or gzipped rows, its sidecar beside it) and re-fuses every question from the
+per-session signal scores stored in its traces (the trace contract of
+:mod:`engram_eval.retrieval.hybrid`): nothing is encoded again, so it takes seconds.
+
+1. **Proof first.** Re-fusing each row with the run's *own* settings (its question trace's
+   ``signals``, ``fusion``, ``temporal``, ``temporal_boost``) through the very functions the
+   retriever uses (:mod:`engram_eval.retrieval.fusion`) must reproduce every stored ranking
+   and every stored score exactly; otherwise tune refuses (the offline re-fusion would not
+   be what the retriever does). Runs with a cross-encoder rerank, or without the traces, are
+   refused for the same reason.
+2. **Search.** Every combination in the grid (see :func:`load_grid`): fusion method, its
+   normalisation (convex) or ``rrf_k`` (rrf), one weight per signal, and the temporal step
+   (off, or on with each ``temporal_boost``). Candidates are enumerated in grid order; ties
+   of the objective go to the earliest candidate.
+3. **Objective.** The mean over the protocol's scored questions of the mean of the objective
+   metrics (default ``recall_any@1, recall_all@5, ndcg_any@5`` under ``answerable``),
+   computed with the package's own metric functions (:mod:`engram_eval.metrics`) against
+   the gold stored in the rows. ``official`` is refused (it counts repeated haystack entries,
+   which rows do not carry).
+4. **Estimate.** Beside the in-sample score of the chosen candidate, a ``folds``-fold
+   cross-validated estimate: questions are split into folds by a seeded permutation; for each
+   fold the best candidate on the other folds is scored on it; the estimate is the mean over
+   all questions of these held-out scores.
+5. **Output.** ``CONFIG.yaml``: the run's retrieval settings with the chosen ones applied
+   (loadable with ``engram-eval run --config``), with a provenance header; and
+   ``CONFIG.yaml.tuning.json``: run path and fingerprint, dataset sha256, rows sha256,
+   protocol, objective, grid, number of candidates and questions, the chosen settings,
+   in-sample score (per metric too), the run's own settings' score, and the k-fold estimate
+   with each fold's choice. Neither file may exist beforehand.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engram_eval import metrics as M
+from engram_eval.errors import ConfigError, ProvenanceError
+from engram_eval.retrieval import fusion as F
+from engram_eval.retrieval.settings import SIGNALS, RetrievalSettings
+
+DEFAULT_OBJECTIVE = ("recall_any@1", "recall_all@5", "ndcg_any@5")
+DEFAULT_PROTOCOL = "answerable"
+WEIGHT_FIELD = {name: w for name, _, w in SIGNALS}
+USE_FIELD = {name: u for name, u, _ in SIGNALS}
+GRID_KEYS = ("fusion", "normalisation", "rrf_k", "weights", "temporal", "temporal_boost")
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One fusion + temporal setting."""
+
+    fusion: str
+    normalisation: str
+    rrf_k: float
+    weights: tuple[tuple[str, float], ...]
+    temporal: bool
+    temporal_boost: float
+
+    def weight_map(self) -> dict[str, float]:
+        return dict(self.weights)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fusion": self.fusion, "normalisation": self.normalisation,
+                "rrf_k": self.rrf_k, "weights": self.weight_map(), "temporal": self.temporal,
+                "temporal_boost": self.temporal_boost}
+
+
+def _as_list(v: Any, key: str, kind: type, source: str) -> list[Any]:
+    vals = v if isinstance(v, list) else [v]
+    out: list[Any] = []
+    for x in vals:
+        if kind is float and isinstance(x, (int, float)) and not isinstance(x, bool):
+            out.append(float(x))
+        elif kind is bool and isinstance(x, bool):
+            out.append(x)
+        elif kind is str and isinstance(x, str):
+            out.append(x)
+        else:
+            raise ConfigError(f"{source}: grid field {key}: {x!r} is not a {kind.__name__}")
+    if not out:
+        raise ConfigError(f"{source}: grid field {key}: empty list")
+    return out
+
+
+def load_grid(path: str | Path) -> dict[str, Any]:
+    """Read a grid YAML: every key optional, each a value or a list of values::
+
+        fusion: [rrf, convex]
+        normalisation: [minmax, zscore]     # used by convex
+        rrf_k: [10, 60]                     # used by rrf
+        weights: {dense: [1.0], bm25_user: [0, 0.3, 1.0], ...}   # signal or weight_* names
+        temporal: [false, true]
+        temporal_boost: [1.25, 1.5]         # used when temporal is true
+    """
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path}: cannot read grid: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: grid top level must be a mapping")
+    src = str(path)
+    unknown = sorted(set(data) - set(GRID_KEYS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown grid field {unknown[0]!r}; known: {GRID_KEYS}")
+    grid: dict[str, Any] = {}
+    if "fusion" in data:
+        grid["fusion"] = _as_list(data["fusion"], "fusion", str, src)
+        for x in grid["fusion"]:
+            if x not in F.METHODS:
+                raise ConfigError(f"{path}: grid field fusion: {x!r} not in {F.METHODS}")
+    if "normalisation" in data:
+        grid["normalisation"] = _as_list(data["normalisation"], "normalisation", str, src)
+        for x in grid["normalisation"]:
+            if x not in F.NORMALISATIONS:
+                raise ConfigError(f"{path}: grid field normalisation: {x!r} not in "
+                                  f"{F.NORMALISATIONS}")
+    for key, kind in (("rrf_k", float), ("temporal", bool), ("temporal_boost", float)):
+        if key in data:
+            grid[key] = _as_list(data[key], key, kind, src)
+    if "weights" in data:
+        w = data["weights"]
+        if not isinstance(w, dict):
+            raise ConfigError(f"{path}: grid field weights must map signal -> values")
+        grid["weights"] = {}
+        for k, v in w.items():
+            name = str(k).removeprefix("weight_")
+            if name not in WEIGHT_FIELD:
+                raise ConfigError(f"{path}: grid field weights: unknown signal {k!r}; known: "
+                                  f"{sorted(WEIGHT_FIELD)}")
+            vals = _as_list(v, f"weights.{k}", float, src)
+            if any(x < 0 for x in vals):
+                raise ConfigError(f"{path}: grid field weights.{k}: weights must be >= 0")
+            grid["weights"][name] = vals
+    for x in grid.get("rrf_k", []):
+        if x < 0:
+            raise ConfigError(f"{path}: grid field rrf_k: must be >= 0")
+    for x in grid.get("temporal_boost", []):
+        if x < 1:
+            raise ConfigError(f"{path}: grid field temporal_boost: must be >= 1")
+    return grid
+
+
+def candidates(grid: Mapping[str, Any], base: Candidate, signals: Sequence[str]
+               ) -> list[Candidate]:
+    """Every grid combination in grid order; unlisted keys keep the run's own value.
+    Combinations whose weights are all 0 are skipped."""
+    w_base = base.weight_map()
+    names = [n for n in F.SIGNAL_ORDER if n in signals]
+    w_lists = [grid.get("weights", {}).get(n, [w_base.get(n, 0.0)]) for n in names]
+    methods: list[tuple[str, str, float]] = []
+    for m in grid.get("fusion", [base.fusion]):
+        if m == "convex":
+            for nm in grid.get("normalisation", [base.normalisation]):
+                methods.append((m, nm, base.rrf_k))
+        else:
+            for k in grid.get("rrf_k", [base.rrf_k]):
+                methods.append((m, base.normalisation, k))
+    temporals: list[tuple[bool, float]] = []
+    for t in grid.get("temporal", [base.temporal]):
+        if t:
+            temporals += [(True, b) for b in grid.get("temporal_boost", [base.temporal_boost])]
+        else:
+            temporals.append((False, base.temporal_boost))
+    out = []
+    for (m, nm, k), ws, (t, b) in itertools.product(methods, itertools.product(*w_lists),
+                                                     temporals):
+        if not any(x > 0 for x in ws):
+            continue
+        out.append(Candidate(m, nm, k, tuple(zip(names, ws, strict=True)), t, b))
+    return out
+
+
+# --------------------------------------------------------------------------- rows
+
+
+@dataclass
+class TunedQuestion:
+    question_id: str
+    session_ids: list[str]  # corpus order
+    signals: dict[str, F.Signal]
+    in_window: np.ndarray  # bool per session (False where unknown)
+    gold: list[str]
+
+
+def _row_question(row: Mapping[str, Any], path: str, line: int
+                  ) -> tuple[TunedQuestion, Candidate, list[float], list[float]]:
+    """The question's signals and the run's own candidate, from one row."""
+    qid = row["question_id"]
+    where = f"{path}: row {line} ({qid})"
+    trace = row.get("trace") or {}
+    qt = trace.get("question") or {}
+    sess = trace.get("sessions")
+    for key in ("signals", "fusion", "temporal", "temporal_boost"):
+        if key not in qt:
+            raise ProvenanceError(f"{where}: question trace has no {key!r}; tune needs a run "
+                                  "of the hybrid retriever with the full trace contract")
+    if not isinstance(sess, list) or len(sess) != len(row["ranked_session_ids"]):
+        raise ProvenanceError(f"{where}: trace.sessions does not match the ranking")
+    n = len(sess)
+    ids: list[str | None] = [None] * n
+    for t, sid in zip(sess, row["ranked_session_ids"], strict=True):
+        if t.get("reranked"):
+            raise ProvenanceError(f"{where}: the run used a cross-encoder rerank; re-fusion "
+                                  "cannot reproduce it (tune a run without --rerank)")
+        ci = t.get("corpus_index")
+        if not isinstance(ci, int) or not 0 <= ci < n or ids[ci] is not None:
+            raise ProvenanceError(f"{where}: bad or repeated corpus_index in the trace")
+        ids[ci] = sid
+    by_ci = sorted(sess, key=lambda t: t["corpus_index"])
+    signals = {}
+    for name in qt["signals"]:
+        try:
+            scores = [float(t[name]) for t in by_ci]
+            informative = [t[name + "_rank"] is not None for t in by_ci]
+        except (KeyError, TypeError) as e:
+            raise ProvenanceError(f"{where}: trace lacks signal {name!r} ({e})") from None
+        signals[name] = F.Signal.of(scores, informative)
+    in_window = np.array([t.get("in_window") is True for t in by_ci], dtype=bool)
+    mult = [float(t["temporal"]) for t in by_ci]
+    fz = qt["fusion"]
+    own = Candidate(str(fz["method"]), str(fz["normalisation"]), float(fz["k"]),
+                    tuple((n_, float(w)) for n_, w in fz["weights"].items()),
+                    bool(qt["temporal"]), float(qt["temporal_boost"]))
+    q = TunedQuestion(qid, [str(s) for s in ids], signals, in_window, [])
+    return q, own, mult, [float(x) for x in row["scores"]]
+
+
+def refuse_unless_reproduced(q: TunedQuestion, own: Candidate, mult: Sequence[float],
+                             ranked: Sequence[str], scores: Sequence[float], where: str) -> None:
+    """Re-fuse with the run's own settings through the retriever's functions; raise
+    ProvenanceError unless ranking and scores are reproduced exactly."""
+    want_mult = np.where(q.in_window & own.temporal, own.temporal_boost, 1.0)
+    if not np.array_equal(np.asarray(mult), want_mult):
+        raise ProvenanceError(f"{where}: traced temporal multipliers do not follow from "
+                              "in_window and the run's temporal settings")
+    fused = F.fuse(q.signals, method=own.fusion, weights=own.weight_map(), k=own.rrf_k,
+                   normalisation=own.normalisation)
+    final = F.temporal_scores(fused, np.asarray(mult, dtype=np.float64))
+    order = F.order(final)
+    got_ids = [q.session_ids[i] for i in order]
+    got_scores = [float(final[i]) for i in order]
+    if got_ids != list(ranked) or got_scores != list(scores):
+        raise ProvenanceError(f"{where}: re-fusing the traced signals with the run's own "
+                              "settings does not reproduce the stored ranking; refusing to "
+                              "tune on it")
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def _metric_fn(name: str) -> tuple[Any, int | None]:
+    if name == "mrr":
+        return M.mrr, None
+    base, _, k = name.partition("@")
+    fns = {"recall_any": M.recall_any, "recall_all": M.recall_all, "ndcg_any": M.ndcg_any,
+           "hit": M.hit}
+    if base not in fns or not k.isdigit() or int(k) < 1:
+        raise ConfigError(f"objective: unknown metric {name!r}; use recall_any@k, "
+                          "recall_all@k, ndcg_any@k, hit@k or mrr")
+    return fns[base], int(k)
+
+
+class Evaluator:
+    """Vectorised re-fusion of all questions for many candidates (bit-identical to
+    :func:`engram_eval.retrieval.fusion.fuse` + ``temporal_scores`` + ``order``)."""
+
+    def __init__(self, questions: Sequence[TunedQuestion], objective: Sequence[str]) -> None:
+        self.qs = list(questions)
+        self.objective = list(objective)
+        self.fns = [_metric_fn(m) for m in self.objective]
+        ks = [k for _, k in self.fns]
+        self.depth = None if any(k is None for k in ks) else max(k for k in ks if k)
+        nq = len(self.qs)
+        self.nmax = max((len(q.session_ids) for q in self.qs), default=0)
+        self.mask = np.zeros((nq, self.nmax), dtype=bool)
+        for qi, q in enumerate(self.qs):
+            self.mask[qi, : len(q.session_ids)] = True
+        self.in_window = np.zeros((nq, self.nmax), dtype=bool)
+        for qi, q in enumerate(self.qs):
+            self.in_window[qi, : len(q.in_window)] = q.in_window
+        names = sorted({n for q in self.qs for n in q.signals}, key=F.SIGNAL_ORDER.index)
+        self.names = names
+        self.present = {n: np.array([n in q.signals for q in self.qs], dtype=np.float64)
+                        for n in names}
+        self._norm: dict[tuple[str, str], np.ndarray] = {}  # also rrf denominators
+        self._ranks: dict[str, np.ndarray] = {}
+        for n in names:
+            ranks = np.zeros((nq, self.nmax), dtype=np.float64)
+            for qi, q in enumerate(self.qs):
+                if n in q.signals:
+                    s = q.signals[n]
+                    for i, r in enumerate(F.signal_ranks(s.scores, s.informative)):
+                        if r is not None:
+                            ranks[qi, i] = r
+            self._ranks[n] = ranks
+        self._memo: list[dict[bytes, float]] = [{} for _ in self.qs]
+
+    def _normalised(self, name: str, method: str) -> np.ndarray:
+        key = (name, method)
+        if key not in self._norm:
+            out = np.zeros((len(self.qs), self.nmax), dtype=np.float64)
+            for qi, q in enumerate(self.qs):
+                if name in q.signals:
+                    v = F.normalise(q.signals[name], method)
+                    if v is not None:
+                        out[qi, : len(v)] = v
+            self._norm[key] = out
+        return self._norm[key]
+
+    def _rrf_denominators(self, name: str, k: float) -> np.ndarray:
+        """``k + rank`` where the session is informative, +inf elsewhere (``w / inf = 0``)."""
+        key = (name, f"rrf:{k!r}")
+        if key not in self._norm:
+            r = self._ranks[name]
+            self._norm[key] = np.where(r > 0, k + r, np.inf)
+        return self._norm[key]
+
+    def final_scores(self, c: Candidate) -> np.ndarray:
+        nq = len(self.qs)
+        fused = np.zeros((nq, self.nmax), dtype=np.float64)
+        w = c.weight_map()
+        if c.fusion == "rrf":
+            for n in self.names:
+                wn = float(w.get(n, 0.0))
+                if wn > 0:
+                    fused += wn / self._rrf_denominators(n, c.rrf_k)
+        else:
+            total = np.zeros(nq, dtype=np.float64)
+            for n in self.names:
+                wn = float(w.get(n, 0.0))
+                if wn <= 0:
+                    continue
+                total += wn * self.present[n]
+                fused += wn * self._normalised(n, c.normalisation)
+            pos = total > 0
+            if pos.any():
+                fused[pos] /= total[pos][:, None]
+        if self.nmax:
+            low = np.where(self.mask, fused, np.inf).min(axis=1)
+            neg = low < 0
+            if neg.any():
+                fused[neg] -= low[neg][:, None]
+        if c.temporal:
+            fused = fused * np.where(self.in_window, c.temporal_boost, 1.0)
+        fused[~self.mask] = -np.inf
+        return fused
+
+    def orders(self, c: Candidate) -> np.ndarray:
+        final = self.final_scores(c)
+        return np.argsort(-final, axis=1, kind="stable")
+
+    def per_question(self, c: Candidate) -> np.ndarray:
+        """Objective value of every question (mean of the objective metrics)."""
+        order = self.orders(c)
+        depth = self.nmax if self.depth is None else min(self.depth, self.nmax)
+        top_all = np.ascontiguousarray(order[:, :depth], dtype=np.int32)
+        out = np.zeros(len(self.qs), dtype=np.float64)
+        for qi, q in enumerate(self.qs):
+            key = top_all[qi].tobytes()
+            memo = self._memo[qi]
+            v = memo.get(key)
+            if v is None:
+                n = len(q.session_ids)
+                ranking = [q.session_ids[int(i)] for i in top_all[qi, : min(depth, n)]]
+                vals = [fn(q.gold, ranking, k) if k is not None else fn(q.gold, ranking)
+                        for fn, k in self.fns]
+                v = memo[key] = float(sum(vals) / len(vals))
+            out[qi] = v
+        return out
+
+    def metric_means(self, c: Candidate) -> dict[str, float]:
+        order = self.orders(c)
+        sums = {m: 0.0 for m in self.objective}
+        for qi, q in enumerate(self.qs):
+            ranking = [q.session_ids[int(i)] for i in order[qi, : len(q.session_ids)]]
+            for m, (fn, k) in zip(self.objective, self.fns, strict=True):
+                sums[m] += fn(q.gold, ranking, k) if k is not None else fn(q.gold, ranking)
+        n = max(len(self.qs), 1)
+        return {m: s / n for m, s in sums.items()}
+
+
+def folds_of(n: int, folds: int, seed: int) -> np.ndarray:
+    """Fold index of each of ``n`` questions: a seeded permutation dealt round-robin."""
+    perm = np.random.default_rng(seed).permutation(n)
+    out = np.zeros(n, dtype=np.int64)
+    out[perm] = np.arange(n) % folds
+    return out
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+@dataclass
+class TuneResult:
+    config_path: Path
+    report_path: Path
+    report: dict[str, Any]
+
+
+def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
+         objective: Sequence[str] = DEFAULT_OBJECTIVE, protocol: str = DEFAULT_PROTOCOL,
+         folds: int = 5, seed: int = 0) -> TuneResult:
+    """See the module docstring."""
+    from engram_eval.provenance import read_sidecar
+    from engram_eval.rows import scan_rows
+
+    t0 = time.perf_counter()
+    out = Path(output)
+    report_path = Path(str(out) + ".tuning.json")
+    for p in (out, report_path):
+        if p.exists():
+            raise FileExistsError(f"{p}: exists; tune never overwrites")
+    if protocol == "official":
+        raise ConfigError("tune: protocol 'official' counts repeated haystack entries, which "
+                          "rows do not carry; use answerable, all or official_nonempty_gold")
+    if folds < 2:
+        raise ConfigError("tune: --folds must be at least 2")
+    objective = [m.strip() for m in objective if m.strip()]
+    if not objective:
+        raise ConfigError("tune: empty objective")
+    for m in objective:
+        _metric_fn(m)
+    grid = load_grid(grid_path)
+    meta = read_sidecar(run_path)
+    scan = scan_rows(run_path)
+    if scan.torn_bytes:
+        raise ProvenanceError(f"{run_path}: torn last line; finish the run (--resume) first")
+    run_cfg = dict(meta.get("config") or {})
+    if run_cfg.get("rerank"):
+        raise ProvenanceError(f"{run_path}: the run used a cross-encoder rerank; re-fusion "
+                              "cannot reproduce it (tune a run without --rerank)")
+
+    questions: list[TunedQuestion] = []
+    own: Candidate | None = None
+    signals_seen: list[str] = []
+    for line, row in enumerate(scan.rows, start=1):
+        q, cand, mult, scores = _row_question(row, str(run_path), line)
+        where = f"{run_path}: row {line} ({q.question_id})"
+        refuse_unless_reproduced(q, cand, mult, row["ranked_session_ids"], scores, where)
+        if own is None:
+            own = cand
+        elif cand != own:
+            raise ProvenanceError(f"{where}: fusion settings differ between rows")
+        for n in q.signals:
+            if n not in signals_seen:
+                signals_seen.append(n)
+        gold = (row.get("gold") or {}).get(protocol, "absent")
+        if gold == "absent":
+            raise ConfigError(f"{where}: the run was not scored under protocol {protocol!r}")
+        if gold is None:
+            continue  # outside the protocol's denominator
+        q.gold = [str(g) for g in gold]
+        questions.append(q)
+    if own is None or not questions:
+        raise ProvenanceError(f"{run_path}: no question to tune on under {protocol!r}")
+    signals = [n for n in F.SIGNAL_ORDER if n in signals_seen]
+    for n, vals in grid.get("weights", {}).items():
+        if n not in signals and any(v > 0 for v in vals):
+            raise ConfigError(f"{grid_path}: grid weights.{n} > 0 but the run did not compute "
+                              f"signal {n!r} (switch on {USE_FIELD[n]} in the tuning run)")
+
+    cands = candidates(grid, own, signals)
+    if not cands:
+        raise ConfigError(f"{grid_path}: the grid yields no candidate (all weights 0?)")
+    ev = Evaluator(questions, objective)
+    # the vectorised path must agree with the proof above on the run's own settings
+    own_orders = ev.orders(own)
+    for qi, q in enumerate(questions):
+        ids = [q.session_ids[int(i)] for i in own_orders[qi, : len(q.session_ids)]]
+        ref = F.order(F.temporal_scores(
+            F.fuse(q.signals, method=own.fusion, weights=own.weight_map(), k=own.rrf_k,
+                   normalisation=own.normalisation),
+            np.where(q.in_window & own.temporal, own.temporal_boost, 1.0)))
+        if ids != [q.session_ids[i] for i in ref]:  # pragma: no cover - internal consistency
+            raise RuntimeError(f"tune: vectorised re-fusion differs on {q.question_id}")
+    table = np.stack([ev.per_question(c) for c in cands])  # candidates x questions
+    means = table.mean(axis=1)
+    best = int(np.argmax(means))  # first of equals: grid order
+    fold = folds_of(len(questions), folds, seed)
+    held = np.zeros(len(questions), dtype=np.float64)
+    fold_report = []
+    for f in range(folds):
+        train, test = fold != f, fold == f
+        if not test.any():
+            continue
+        pick = int(np.argmax(table[:, train].mean(axis=1))) if train.any() else best
+        held[test] = table[pick, test]
+        fold_report.append({"fold": f, "n_train": int(train.sum()), "n_test": int(test.sum()),
+                            "chosen": cands[pick].to_json(),
+                            "train_score": float(table[pick, train].mean()),
+                            "test_score": float(table[pick, test].mean())})
+    chosen = cands[best]
+    own_idx = cands.index(own) if own in cands else None
+    own_score = (float(means[own_idx]) if own_idx is not None
+                 else float(ev.per_question(own).mean()))
+
+    config = output_config(run_cfg, chosen, signals)
+    RetrievalSettings.of(config)  # the written config must validate
+    report = {
+        "kind": "engram-eval/tuning",
+        "run": {"path": str(Path(run_path).resolve()), "fingerprint": meta.get("fingerprint"),
+                "rows_sha256": scan.sha256, "n_rows": len(scan.rows)},
+        "dataset": {"name": (meta.get("dataset") or {}).get("name"),
+                    "sha256": (meta.get("dataset") or {}).get("sha256")},
+        "protocol": protocol, "n_questions": len(questions),
+        "objective": {"metrics": objective, "rule": "mean over questions of the mean of "
+                      "these metrics (engram_eval.metrics)"},
+        "grid": grid, "n_candidates": len(cands), "signals": signals,
+        "run_settings": own.to_json(), "run_settings_score": own_score,
+        "chosen": chosen.to_json(), "in_sample_score": float(means[best]),
+        "in_sample_metrics": ev.metric_means(chosen),
+        "cross_validation": {"folds": folds, "seed": seed, "estimate": float(held.mean()),
+                             "rule": "for each fold choose on the other folds, score the "
+                             "held fold; mean over all questions", "per_fold": fold_report},
+        "config": config,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    from engram_eval.io import exclusive_write
+
+    exclusive_write(report_path, json.dumps(report, indent=2, sort_keys=True) + "\n")
+    exclusive_write(out, _config_yaml(config, report, report_path))
+    return TuneResult(out, report_path, report)
+
+
+def output_config(run_cfg: Mapping[str, Any], chosen: Candidate, signals: Sequence[str]
+                  ) -> dict[str, Any]:
+    """The run's retrieval settings with the chosen fusion/temporal settings applied.
+
+    A signal that got weight 0 is switched off unless another chosen signal needs it
+    (dense feeds ``dense_rocchio`` and, with ``feedback_source: dense``, ``bm25_prf``)."""
+    names = {f.name for f in fields(RetrievalSettings) if f.metadata["fingerprint"]}
+    cfg: dict[str, Any] = {k: v for k, v in run_cfg.items() if k in names}
+    if "retriever" in run_cfg:
+        cfg = {"retriever": run_cfg["retriever"], **cfg}
+    w = chosen.weight_map()
+    cfg.update({"fusion": chosen.fusion, "normalisation": chosen.normalisation,
+                "rrf_k": chosen.rrf_k, "temporal": chosen.temporal,
+                "temporal_boost": chosen.temporal_boost})
+    for n in signals:
+        cfg[WEIGHT_FIELD[n]] = float(w.get(n, 0.0))
+    on = {n for n in signals if w.get(n, 0.0) > 0}
+    if "dense_rocchio" in on or ("bm25_prf" in on and cfg.get("feedback_source") == "dense"):
+        on.add("dense")
+    for n in signals:
+        cfg[USE_FIELD[n]] = n in on
+    return cfg
+
+
+def _config_yaml(config: Mapping[str, Any], report: Mapping[str, Any], report_path: Path
+                 ) -> str:
+    import yaml
+
+    cv = report["cross_validation"]
+    head = [
+        "# engram-eval tune: chosen on the run below; load with engram-eval run --config",
+        f"# run: {report['run']['path']}",
+        f"# run fingerprint: {report['run']['fingerprint']}",
+        f"# rows sha256: {report['run']['rows_sha256']}",
+        f"# dataset: {report['dataset']['name']} sha256 {report['dataset']['sha256']}",
+        f"# protocol: {report['protocol']} ({report['n_questions']} questions); objective: "
+        f"mean of {', '.join(report['objective']['metrics'])}",
+        f"# candidates: {report['n_candidates']}; in-sample {report['in_sample_score']:.4f}; "
+        f"{cv['folds']}-fold CV estimate {cv['estimate']:.4f} (seed {cv['seed']}); "
+        f"run's own settings {report['run_settings_score']:.4f}",
+        f"# full report: {report_path.name}",
+    ]
+    return "\n".join(head) + "\n" + yaml.safe_dump(dict(config), sort_keys=False)

@@ -1,0 +1,114 @@
+"""Checks of a published results directory, shared by tests/test_published_results.py (over
+the repository's results/) and tests/test_publish_lib.py (over a publication made from the
+tiny fixtures by the publish scripts).
+
+A published run is any ``*.jsonl`` / ``*.jsonl.gz`` under the directory (discovered, never
+listed by hand); every other file is a derived file that carries a ``<file>.metadata.json``
+sidecar (sha256 of the file and of its inputs) or is exempt (documentation).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from engram_eval.audit import FAIL, verify
+from engram_eval.io import sha256_file
+from engram_eval.rows import is_compressed, scan_rows
+
+#: Checks that are allowed to fail on a published run: a later code change legitimately
+#: makes an old artifact stale (``verify`` reports it, naming the files).
+STALENESS = "source hashes match the installed package"
+#: Files in results/ that document rather than measure: no sidecar.
+EXEMPT_NAMES = ("PROVENANCE.md",)
+
+
+def is_exempt(p: Path) -> bool:
+    return p.name in EXEMPT_NAMES or (p.name.upper().startswith("README") and p.suffix == ".md")
+
+
+def is_result(p: Path) -> bool:
+    return p.is_file() and p.name.endswith((".jsonl", ".jsonl.gz"))
+
+
+def discover_runs(results: Path) -> list[Path]:
+    return sorted(p for p in results.rglob("*") if is_result(p)) if results.is_dir() else []
+
+
+def run_companions(result: Path) -> tuple[Path, Path]:
+    return Path(str(result) + ".metadata.json"), Path(str(result) + ".summary.json")
+
+
+def check_run_files(result: Path) -> None:
+    """Sidecar and summary beside the run; a ``.gz`` is really gzip and a plain one is not;
+    a run is published once (not both plain and compressed)."""
+    side, summ = run_companions(result)
+    assert side.is_file(), f"{result} has no sidecar {side.name}"
+    assert summ.is_file(), f"{result} has no summary {summ.name}"
+    assert is_compressed(result) == result.name.endswith(".gz"), result
+    twin = (Path(str(result).removesuffix(".gz")) if result.name.endswith(".gz")
+            else Path(str(result) + ".gz"))
+    assert not twin.exists(), f"{result.name} is published twice ({twin.name} too)"
+    summary = json.loads(summ.read_text())
+    assert summary["fingerprint"] == json.loads(side.read_text())["fingerprint"], result
+
+
+def check_verifies(result: Path, dataset: Path | None = None) -> None:
+    """``verify`` finds no failure apart from staleness; with the dataset, the dataset hash
+    and the gold were re-derived (every other check ran and passed)."""
+    report = verify(result, dataset)
+    failed = [(n, d) for n, status, d in report.checks if status == FAIL and n != STALENESS]
+    assert not failed, failed
+    if dataset is not None:
+        assert not report.not_checked, report.format()
+
+
+def check_scores_non_increasing(result: Path) -> None:
+    """trec_eval, ranx and ir_measures re-sort by score: a published ranking whose scores go
+    up somewhere would be silently re-ordered by them."""
+    bad = []
+    rows = scan_rows(result).rows
+    assert rows, f"{result} holds no rows"
+    for row in rows:
+        scores = row["scores"]
+        assert len(scores) == len(row["ranked_session_ids"]), row["question_id"]
+        ups = [i for i in range(1, len(scores)) if scores[i] > scores[i - 1]]
+        if ups:
+            i = ups[0]
+            bad.append(f"{row['question_id']}: rank {i + 1} scores {scores[i]!r} > rank {i} "
+                       f"{scores[i - 1]!r}")
+    assert not bad, f"{len(bad)} row(s), e.g. " + "; ".join(bad[:3])
+
+
+def check_every_file_carries_provenance(results: Path) -> list[Path]:
+    """Every file is a run (with sidecar + summary), a run's sidecar/summary (with its run),
+    an exempt document, or a derived file whose sidecar records its current sha256 and the
+    current sha256 of every input. Returns the derived files."""
+    derived = []
+    for p in sorted(results.rglob("*")):
+        if p.is_dir():
+            continue
+        if is_result(p):
+            check_run_files(p)
+            continue
+        if p.name.endswith((".jsonl.summary.json", ".jsonl.gz.summary.json",
+                            ".jsonl.metadata.json", ".jsonl.gz.metadata.json")):
+            run = Path(str(p).removesuffix(".summary.json").removesuffix(".metadata.json"))
+            assert run.is_file(), f"{p} has no run {run.name} beside it"
+            continue
+        if p.name.endswith(".metadata.json"):
+            owner = Path(str(p).removesuffix(".metadata.json"))
+            assert owner.is_file(), f"{p} describes a file that is not there"
+            continue
+        if is_exempt(p):
+            continue
+        side = Path(str(p) + ".metadata.json")
+        assert side.is_file(), f"{p} has no sidecar and is not an exempt document"
+        meta = json.loads(side.read_text())
+        assert meta["sha256"] == sha256_file(p), f"{p} changed after its sidecar was written"
+        for inp in meta["inputs"]:
+            src = p.parent / inp["file"]
+            assert src.is_file(), f"{p}: input {inp['file']} is not published beside it"
+            assert sha256_file(src) == inp["sha256"], (p, inp["file"])
+        derived.append(p)
+    return derived

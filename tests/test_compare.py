@@ -1,0 +1,271 @@
+"""engram-eval compare: McNemar by formula, fixed-seed bootstrap, flips, segments, refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engram_eval import cli
+from engram_eval.compare import compare_runs, is_binary_metric, load_run, mcnemar_exact
+from engram_eval.errors import DataError, ProvenanceError
+
+SHA = "a" * 64
+
+
+@pytest.fixture(autouse=True)
+def _restore_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM"):
+        monkeypatch.delenv(k, raising=False)
+
+
+def write_run(path: Path, values: list[dict[str, float]], *, types: list[str] | None = None,
+              ids: list[str] | None = None, sha: str | None = SHA, retriever: str = "x",
+              gold: list[list[str]] | None = None, summary: bool = True) -> Path:
+    ids = ids or [f"q{i:02d}" for i in range(len(values))]
+    types = types or ["t"] * len(values)
+    with open(path, "w", encoding="utf-8") as f:
+        for i, (qid, qt, m) in enumerate(zip(ids, types, values, strict=True)):
+            g = gold[i] if gold else ["s1"]
+            f.write(json.dumps({"question_id": qid, "question_type": qt,
+                                "ranked_session_ids": ["s1", "s2"], "scores": [1.0, 0.5],
+                                "gold": {"answerable": g}, "metrics": {"answerable": m}}) + "\n")
+    if summary:
+        Path(str(path) + ".summary.json").write_text(json.dumps(
+            {"dataset": "d.json", "dataset_sha256": sha, "retriever": retriever,
+             "fingerprint": retriever * 8}))
+    return path
+
+
+def binary(vals: list[int], name: str = "recall_any@1") -> list[dict[str, float]]:
+    return [{name: float(v), "mrr": float(v)} for v in vals]
+
+
+def test_binary_decided_by_name() -> None:
+    assert is_binary_metric("recall_any@5") and is_binary_metric("recall_all@10")
+    assert is_binary_metric("hit@1")
+    assert not is_binary_metric("mrr") and not is_binary_metric("ndcg_any@5")
+
+
+def test_mcnemar_matches_hand_computed_p(tmp_path: Path) -> None:
+    # 1 lost (1 -> 0), 6 gained (0 -> 1), 3 ties: n = 7 discordant
+    a = [1, 0, 0, 0, 0, 0, 0, 1, 1, 0]
+    b = [0, 1, 1, 1, 1, 1, 1, 1, 1, 0]
+    ra = load_run(write_run(tmp_path / "a.jsonl", binary(a)))
+    rb = load_run(write_run(tmp_path / "b.jsonl", binary(b)))
+    rep = compare_runs(ra, rb, n_boot=200)
+    e = rep["groups"]["overall"]["metrics"]["recall_any@1"]
+    n, lo = 7, 1
+    p = min(1.0, 2 * sum(math.comb(n, i) for i in range(lo + 1)) / 2 ** n)  # = 16/128
+    assert p == pytest.approx(0.125)
+    assert e["mcnemar"] == {"lost": 1, "gained": 6, "discordant": 7, "p": pytest.approx(p)}
+    assert e["delta"] == pytest.approx((6 - 1) / 10)
+    assert e["significant"] is False  # 0.125 >= 0.05
+    # mrr has the same 0/1 values but is not binary by name: no McNemar
+    assert "mcnemar" not in rep["groups"]["overall"]["metrics"]["mrr"]
+    assert rep["flips"]["recall_any@1"] == {"gained": ["q01", "q02", "q03", "q04", "q05", "q06"],
+                                            "lost": ["q00"]}
+    assert "mrr" not in rep["flips"]
+    # mrr (same values, not binary by name) uses the interval: all-positive resamples?
+    assert rep["verdict"]["significantly_worse"] == []
+
+
+def test_mcnemar_formula_more_cases() -> None:
+    for lost, gained in [(0, 0), (0, 5), (2, 9), (10, 10), (3, 0)]:
+        a = [1] * lost + [0] * gained + [1, 0]
+        b = [0] * lost + [1] * gained + [1, 0]
+        n = lost + gained
+        want = 1.0 if n == 0 else min(1.0, 2 * sum(math.comb(n, i) for i in
+                                                  range(min(lost, gained) + 1)) / 2 ** n)
+        assert mcnemar_exact(a, b)["p"] == pytest.approx(want)
+
+
+def test_bootstrap_interval_reproduced_with_fixed_seed(tmp_path: Path) -> None:
+    rng = np.random.default_rng(123)
+    n = 30
+    a_vals = rng.random(n).round(3)
+    b_vals = rng.random(n).round(3)
+    types = ["x" if i % 3 else "y" for i in range(n)]
+    ra = load_run(write_run(tmp_path / "a.jsonl", [{"ndcg_any@5": float(v)} for v in a_vals],
+                            types=types))
+    rb = load_run(write_run(tmp_path / "b.jsonl", [{"ndcg_any@5": float(v)} for v in b_vals],
+                            types=types))
+    rep = compare_runs(ra, rb, n_boot=500, seed=7)
+    rep2 = compare_runs(ra, rb, n_boot=500, seed=7)
+    assert rep["groups"] == rep2["groups"]
+    d = np.array([float(y) - float(x) for x, y in zip(a_vals, b_vals, strict=True)])
+    for group, mask in (("overall", [True] * n), ("y", [t == "y" for t in types])):
+        dg = d[np.array(mask)]
+        # the documented procedure, written out independently: fresh rng(seed) per group
+        g_rng = np.random.default_rng(7)
+        idx = g_rng.integers(0, len(dg), size=(500, len(dg)))
+        reps = np.array([dg[idx[r]].mean() for r in range(500)])
+        lo, hi = np.quantile(reps, [0.025, 0.975])
+        e = rep["groups"][group]["metrics"]["ndcg_any@5"]
+        assert e["ci"] == pytest.approx([lo, hi], abs=1e-12)
+        assert e["delta"] == pytest.approx(dg.mean())
+        assert lo <= dg.mean() <= hi
+        assert e["significant"] == bool(lo > 0 or hi < 0)
+    other = compare_runs(ra, rb, n_boot=500, seed=8)
+    assert other["groups"]["overall"]["metrics"]["ndcg_any@5"]["ci"] != \
+        rep["groups"]["overall"]["metrics"]["ndcg_any@5"]["ci"]
+
+
+def test_constant_difference_gives_a_point_interval(tmp_path: Path) -> None:
+    ra = load_run(write_run(tmp_path / "a.jsonl", [{"mrr": 0.25}] * 8))
+    rb = load_run(write_run(tmp_path / "b.jsonl", [{"mrr": 0.5}] * 8))
+    e = compare_runs(ra, rb, n_boot=100)["groups"]["overall"]["metrics"]["mrr"]
+    assert e["ci"] == pytest.approx([0.25, 0.25])
+    assert e["significant"] is True
+    assert compare_runs(ra, rb, n_boot=100)["verdict"]["significantly_better"] == ["mrr"]
+    assert compare_runs(rb, ra, n_boot=100)["verdict"]["significantly_worse"] == ["mrr"]
+
+
+def test_segment_consistency_flags_a_gain_that_flips(tmp_path: Path) -> None:
+    # order segments of 4: gains +3, +3, then a segment that loses 1 -> overall > 0, not robust
+    a = [0, 0, 0, 0] + [0, 0, 0, 0] + [1, 0, 0, 0]
+    b = [1, 1, 1, 0] + [1, 1, 1, 0] + [0, 0, 0, 0]
+    ra = load_run(write_run(tmp_path / "a.jsonl", binary(a)))
+    rb = load_run(write_run(tmp_path / "b.jsonl", binary(b)))
+    rep = compare_runs(ra, rb, n_boot=50, segments=3, segment_by="order")
+    s = rep["segment_consistency"]["by_metric"]["recall_any@1"]
+    assert s["deltas"] == pytest.approx([0.75, 0.75, -0.25])
+    assert s["flipped_segments"] == [2] and s["robust"] is False and s["verdict"] == "not robust"
+    rep = compare_runs(ra, rb, n_boot=50, segments=2, segment_by="order")
+    s = rep["segment_consistency"]["by_metric"]["recall_any@1"]
+    # halves: d = [1,1,1,0,1,1] and [1,0,-1,0,0,0]: 5/6 and 0 (a zero segment is no flip)
+    assert s["deltas"] == pytest.approx([5 / 6, 0.0]) and s["robust"] is True
+    same = compare_runs(ra, ra, n_boot=50)
+    assert same["segment_consistency"]["by_metric"]["recall_any@1"]["verdict"] == "no difference"
+    # hash segments: fixed by sha256(question_id), sizes from numpy.array_split
+    h = compare_runs(ra, rb, n_boot=50, segments=5)
+    assert h["segment_consistency"]["segments"] == [3, 3, 2, 2, 2]
+
+
+def test_refuses_different_datasets(tmp_path: Path) -> None:
+    ra = load_run(write_run(tmp_path / "a.jsonl", binary([1, 0])))
+    rb = load_run(write_run(tmp_path / "b.jsonl", binary([1, 1]), sha="b" * 64))
+    with pytest.raises(ProvenanceError, match="different datasets"):
+        compare_runs(ra, rb)
+    rc = load_run(write_run(tmp_path / "c.jsonl", binary([1, 1]), summary=False))
+    with pytest.raises(ProvenanceError, match="sha256"):
+        compare_runs(ra, rc)
+
+
+def test_dataset_hash_from_sidecar_and_disagreement(tmp_path: Path) -> None:
+    p = write_run(tmp_path / "a.jsonl", binary([1, 0]), summary=False)
+    Path(str(p) + ".metadata.json").write_text(json.dumps(
+        {"dataset": {"name": "d.json", "sha256": SHA}, "fingerprint": "f"}))
+    assert load_run(p).dataset_sha256 == SHA
+    Path(str(p) + ".summary.json").write_text(json.dumps({"dataset_sha256": "c" * 64}))
+    with pytest.raises(ProvenanceError, match="summary and sidecar"):
+        load_run(p)
+
+
+def test_refuses_different_question_sets_and_gold(tmp_path: Path) -> None:
+    ra = load_run(write_run(tmp_path / "a.jsonl", binary([1, 0, 1])))
+    rb = load_run(write_run(tmp_path / "b.jsonl", binary([1, 0, 1]), ids=["q00", "q01", "zz"]))
+    with pytest.raises(ProvenanceError, match="different question sets"):
+        compare_runs(ra, rb)
+    rc = load_run(write_run(tmp_path / "c.jsonl", binary([1, 0]), ids=["q00", "q01"]))
+    with pytest.raises(ProvenanceError, match="different question sets"):
+        compare_runs(ra, rc)
+    rd = load_run(write_run(tmp_path / "d.jsonl", binary([1, 0, 1]),
+                            gold=[["s1"], ["s2"], ["s1"]]))
+    with pytest.raises(ProvenanceError, match="gold"):
+        compare_runs(ra, rd)
+
+
+def test_non_binary_value_for_a_binary_metric_is_an_error(tmp_path: Path) -> None:
+    ra = load_run(write_run(tmp_path / "a.jsonl", [{"hit@1": 0.5}, {"hit@1": 1.0}]))
+    rb = load_run(write_run(tmp_path / "b.jsonl", [{"hit@1": 1.0}, {"hit@1": 1.0}]))
+    with pytest.raises(DataError, match="binary metric"):
+        compare_runs(ra, rb)
+
+
+def test_per_type_groups(tmp_path: Path) -> None:
+    types = ["x", "y", "x", "y"]
+    ra = load_run(write_run(tmp_path / "a.jsonl", binary([0, 0, 1, 1]), types=types))
+    rb = load_run(write_run(tmp_path / "b.jsonl", binary([1, 0, 1, 0]), types=types))
+    g = compare_runs(ra, rb, n_boot=50)["groups"]
+    assert list(g) == ["overall", "x", "y"]
+    assert g["x"]["n"] == 2 and g["x"]["metrics"]["recall_any@1"]["delta"] == pytest.approx(0.5)
+    assert g["y"]["metrics"]["recall_any@1"]["delta"] == pytest.approx(-0.5)
+    assert g["overall"]["metrics"]["recall_any@1"]["delta"] == pytest.approx(0.0)
+
+
+def test_cli_compare_writes_report_and_plot(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    types = ["x", "y"] * 5
+    a = write_run(tmp_path / "a.jsonl", [{"recall_any@1": float(v), "recall_any@5": 1.0,
+                                          "recall_all@5": float(v), "ndcg_any@5": v / 2}
+                                         for v in [1, 0] * 5], types=types, retriever="dense")
+    b = write_run(tmp_path / "b.jsonl", [{"recall_any@1": 1.0, "recall_any@5": 1.0,
+                                          "recall_all@5": 1.0, "ndcg_any@5": 0.75}
+                                         for _ in range(10)], types=types, retriever="hybrid")
+    out, png = tmp_path / "rep.json", tmp_path / "delta.png"
+    args = ["compare", str(a), str(b), "--bootstrap", "100", "--output", str(out),
+            "--plot", str(png)]
+    assert cli.main(args) == 0
+    rep: dict[str, Any] = json.loads(out.read_text())
+    assert rep["kind"] == "engram-eval compare report" and rep["n"] == 10
+    assert rep["a"]["retriever"] == "dense" and rep["b"]["retriever"] == "hybrid"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "McNemar p=" in capsys.readouterr().out
+    assert cli.main(args) == 2
+    assert "refusing to overwrite" in capsys.readouterr().err
+
+
+def test_gzipped_rows_and_summary_rows_hash(tmp_path: Path) -> None:
+    import gzip
+    import hashlib
+
+    p = write_run(tmp_path / "a.jsonl", binary([1, 0, 1]))
+    raw = p.read_bytes()
+    gz = tmp_path / "a.jsonl.gz"
+    gz.write_bytes(gzip.compress(raw))
+    Path(str(gz) + ".summary.json").write_text(json.dumps(
+        {"dataset_sha256": SHA, "rows_sha256": hashlib.sha256(raw).hexdigest()}))
+    run = load_run(gz)
+    assert run.rows_sha256 == hashlib.sha256(raw).hexdigest()
+    rep = compare_runs(load_run(p), run, n_boot=10)
+    assert rep["groups"]["overall"]["metrics"]["recall_any@1"]["delta"] == 0.0
+    Path(str(gz) + ".summary.json").write_text(json.dumps(
+        {"dataset_sha256": SHA, "rows_sha256": "0" * 64}))
+    with pytest.raises(ProvenanceError, match="rows_sha256"):
+        load_run(gz)
+
+
+def test_cli_writes_derived_sidecars(tmp_path: Path) -> None:
+    """The report and the figure each get <file>.metadata.json: the file's sha256, the
+    generator modules, the dataset and the input runs (relative paths, hashes)."""
+    import hashlib
+
+    pytest.importorskip("matplotlib")
+    a = write_run(tmp_path / "a.jsonl", binary([1, 0, 1, 0]))
+    b = write_run(tmp_path / "b.jsonl", binary([1, 1, 1, 0]))
+    out, png = tmp_path / "r" / "rep.json", tmp_path / "r" / "d.png"
+    out.parent.mkdir()
+    assert cli.main(["compare", str(a), str(b), "--bootstrap", "20", "--output", str(out),
+                     "--plot", str(png), "--plot-metrics", "recall_any@1"]) == 0
+    for f, gen in ((out, "engram_eval/compare.py"), (png, "engram_eval/plots.py")):
+        meta = json.loads(Path(str(f) + ".metadata.json").read_text())
+        assert meta["kind"] == "engram-eval/derived" and meta["file"] == f.name
+        assert meta["sha256"] == hashlib.sha256(f.read_bytes()).hexdigest()
+        assert meta["generator"]["path"] == gen
+        assert meta["dataset"] == {"name": "d.json", "sha256": SHA}
+        for inp, src in zip(meta["inputs"], (a, b), strict=True):
+            assert (f.parent / inp["file"]).resolve() == src.resolve()
+            assert inp["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
+    # an existing sidecar alone is enough to refuse, before any work
+    out2 = tmp_path / "r" / "rep2.json"
+    Path(str(out2) + ".metadata.json").write_text("{}")
+    assert cli.main(["compare", str(a), str(b), "--output", str(out2)]) == 2
+    assert not out2.exists()
+    assert cli.main(["compare", str(a), str(b), "--output", str(out2), "--no-sidecar",
+                     "--bootstrap", "20"]) == 0
