@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from engram_eval.errors import EngramEvalError
 
 
-def _offline() -> None:
-    # No model or dataset is ever downloaded at run time.
+def set_offline_env() -> None:
+    """No model or dataset is ever downloaded at run time (also used by the benchmark
+    scripts)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -193,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    _offline()
+    set_offline_env()
     handlers = {"run": _cmd_run, "verify": _cmd_verify, "score": _cmd_score,
                 "export": _cmd_export, "compress": _cmd_compress, "tune": _cmd_tune}
     from engram_eval.analysis_cli import HANDLERS as analysis_handlers

@@ -55,14 +55,9 @@ def _now() -> str:
 
 def hash_sources(relpaths: Sequence[str], root: str | Path) -> dict[str, str]:
     """``relative path -> sha256`` for each file under ``root`` (sorted, deduplicated)."""
-    base = Path(root)
-    out: dict[str, str] = {}
-    for rel in sorted(set(relpaths)):
-        p = base / rel
-        if not p.is_file():
-            raise ProvenanceError(f"source file {rel} is missing from {base}")
-        out[rel] = sha256_file(p)
-    return out
+    from engram_eval.provenance import source_hashes
+
+    return source_hashes(relpaths, root)
 
 
 def input_record(path: str | Path, kind: str) -> dict[str, Any]:

@@ -48,11 +48,9 @@ class Progress:
             return self.total
         step_n = self.total * self.step
         k = int(done // step_n) + 1 if step_n > 0 else 1
-        while True:
-            mark = min(self.total, max(done + 1, round(k * step_n)))
-            if mark > done:
-                return mark
+        while round(k * step_n) <= done:  # rounding may land on a count already reported
             k += 1
+        return min(self.total, round(k * step_n))
 
     def update(self, n: int = 1) -> None:
         self.done += n

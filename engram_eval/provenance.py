@@ -66,8 +66,10 @@ def package_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def source_hashes(modules: Sequence[str]) -> dict[str, str]:
-    root = package_root()
+def source_hashes(modules: Sequence[str], root: str | Path | None = None) -> dict[str, str]:
+    """``relative path -> sha256`` for each file under ``root`` (default: :func:`package_root`),
+    sorted and deduplicated; a missing file is a :class:`ProvenanceError`."""
+    root = package_root() if root is None else Path(root)
     out = {}
     for rel in sorted(set(modules)):
         p = root / rel

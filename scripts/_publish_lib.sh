@@ -8,6 +8,10 @@
 #                              NAME.jsonl.gz (+ .metadata.json, .summary.json) remain
 #   verify_all [RESULT ...]    verify every result in OUT (or the ones named) with --dataset
 #   run_files NAME             every path a run NAME may write (plain and compressed)
+#   refuse_planned             refuse_existing for every file of the runs named in RUNS and of
+#                              the DERIVED files in OUT (each with its .metadata.json)
+#   temporal_flip              FLIP = $TEMPORAL_FLIP_ARGS (word-split); unset, the option that
+#                              flips the package default's temporal step
 #
 # Failures stop the publication: pipefail makes a failed run visible through `| tail`, and
 # verify_all returns non-zero at the first result that does not verify (every check ok,
@@ -40,6 +44,26 @@ refuse_existing() {
     return 1
   fi
   mkdir -p "$OUT"
+}
+
+refuse_planned() {
+  local planned=() n f d
+  for n in "${RUNS[@]}"; do while read -r f; do planned+=("$f"); done < <(run_files "$n"); done
+  for d in "${DERIVED[@]}"; do planned+=("$OUT/$d" "$OUT/$d.metadata.json"); done
+  refuse_existing "${planned[@]}"
+}
+
+temporal_flip() {
+  local default_temporal
+  if [ -z "${TEMPORAL_FLIP_ARGS+x}" ]; then  # flip the package default's temporal step
+    default_temporal=$("$PUBLISH_PYTHON" -c 'from engram_eval.config import RunConfig; print(RunConfig().temporal)')
+    case "$default_temporal" in
+      True) TEMPORAL_FLIP_ARGS="--no-temporal";;
+      False) TEMPORAL_FLIP_ARGS="--temporal";;
+      *) echo "cannot read the package default of temporal ($default_temporal)" >&2; exit 1;;
+    esac
+  fi
+  read -r -a FLIP <<< "$TEMPORAL_FLIP_ARGS"
 }
 
 # The options of one run after the overrides: PUBLISH_RETRIEVER replaces --retriever X.

@@ -40,20 +40,8 @@ RUNS=(bm25_only dense_only hybrid_default hybrid_temporal_flip flat_bm25)
 DERIVED=(ABLATIONS.md analyze_hybrid_default.json curves_hybrid_default.png
          compare_hybrid_default_vs_bm25_only.json compare_hybrid_default_vs_bm25_only.png)
 
-planned=()
-for n in "${RUNS[@]}"; do while read -r f; do planned+=("$f"); done < <(run_files "$n"); done
-for d in "${DERIVED[@]}"; do planned+=("$OUT/$d" "$OUT/$d.metadata.json"); done
-refuse_existing "${planned[@]}"
-
-if [ -z "${TEMPORAL_FLIP_ARGS+x}" ]; then  # flip the package default's temporal step
-  default_temporal=$("$PUBLISH_PYTHON" -c 'from engram_eval.config import RunConfig; print(RunConfig().temporal)')
-  case "$default_temporal" in
-    True) TEMPORAL_FLIP_ARGS="--no-temporal";;
-    False) TEMPORAL_FLIP_ARGS="--temporal";;
-    *) echo "cannot read the package default of temporal ($default_temporal)" >&2; exit 1;;
-  esac
-fi
-read -r -a FLIP <<< "$TEMPORAL_FLIP_ARGS"
+refuse_planned
+temporal_flip
 
 publish bm25_only            --retriever bm25
 publish dense_only           --retriever dense

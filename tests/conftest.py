@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+TINY_LONGMEMEVAL = Path(__file__).resolve().parents[1] / "fixtures" / "longmemeval_tiny.json"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -32,3 +36,34 @@ def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> str:
     from tiny_models import build_cross_encoder
 
     return str(build_cross_encoder(tmp_path_factory.mktemp("tiny-models") / "cross-encoder"))
+
+
+# --------------------------------------------------------------------------- a finished run
+# One flat-bm25 run of fixtures/longmemeval_tiny.json per test module (result, sidecar,
+# summary); tests that change files work on ``result``, a private copy.
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A good run of the tiny LongMemEval fixture; never modified by tests."""
+    from engram_eval import runner
+    from engram_eval.config import RunConfig
+
+    out = tmp_path_factory.mktemp("pristine") / "out.jsonl"
+    runner.run(RunConfig(retriever="flat-bm25", progress=False), TINY_LONGMEMEVAL, out,
+               echo=lambda m: None)
+    return out
+
+
+@pytest.fixture
+def result(pristine: Path, tmp_path: Path) -> Path:
+    """A private copy of a good run (result, sidecar, summary) to tamper with."""
+    import shutil
+
+    from engram_eval.provenance import sidecar_path, summary_path
+
+    out = tmp_path / "out.jsonl"
+    for src, dst in ((pristine, out), (sidecar_path(pristine), sidecar_path(out)),
+                     (summary_path(pristine), summary_path(out))):
+        shutil.copyfile(src, dst)
+    return out

@@ -80,6 +80,9 @@ def test_ray_resume_and_tiny_model(ray_local, tmp_path: Path,  # type: ignore[no
     for x, y in zip(a, b, strict=True):
         assert y["ranked_session_ids"] == x["ranked_session_ids"]
         assert y["metrics"] == x["metrics"]
-        assert y["scores"] == pytest.approx(x["scores"], abs=1e-6)
+        # float32 vectors depend on batch composition (an actor encodes other batches than
+        # the local loop); per-question min-max normalisation divides by the score range,
+        # so last-bit differences can grow to ~1e-6. Rankings and metrics are identical.
+        assert y["scores"] == pytest.approx(x["scores"], abs=1e-5)
     stats = json.loads(sidecar_path(remote).read_text())["runs"][-1]["model_stats"]
     assert stats["embedding"]["texts_encoded"] > 0  # counted on the actors

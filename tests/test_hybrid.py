@@ -84,8 +84,13 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="module")
 def base_config(tiny_embedding_model: str, cache_dir: str) -> RunConfig:
+    # The landed RRF setting, pinned: these tests compute fusion by hand and must not move
+    # when the package defaults (chosen by tuning) change.
     return RunConfig().replace(embedding_model=tiny_embedding_model, cache_dir=cache_dir,
-                               progress=False)
+                               progress=False, fusion="rrf", rrf_k=60.0, weight_dense=1.0,
+                               weight_bm25_user=1.0, weight_bm25_assistant=0.5,
+                               use_bm25_turn=False, weight_bm25_turn=0.0, temporal=True,
+                               temporal_boost=1.25)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -27,23 +26,6 @@ FIXTURE = ROOT / "fixtures" / "longmemeval_tiny.json"
 def _restore_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM"):
         monkeypatch.delenv(k, raising=False)
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("gz") / "out.jsonl"
-    runner.run(RunConfig(retriever="flat-bm25", progress=False), FIXTURE, out,
-               echo=lambda m: None)
-    return out
-
-
-@pytest.fixture
-def result(pristine: Path, tmp_path: Path) -> Path:
-    out = tmp_path / "out.jsonl"
-    for src, dst in ((pristine, out), (sidecar_path(pristine), sidecar_path(out)),
-                     (summary_path(pristine), summary_path(out))):
-        shutil.copyfile(src, dst)
-    return out
 
 
 def test_rows_hash_is_recorded_in_summary_and_sidecar(result: Path) -> None:
@@ -159,6 +141,17 @@ def test_progress_in_a_log_is_a_line_every_five_percent() -> None:
     assert len(lines) == 20  # 40 questions, a line every 5% (2 questions)
     assert lines[0].startswith("questions: 2/40 (5%)")
     assert lines[-1].startswith("questions: 40/40 (100%)")
+
+
+@pytest.mark.parametrize("total", [277, 397, 1986])
+def test_progress_never_repeats_a_percentage(total: int) -> None:
+    # 277 * 5% = 13.85: rounding once gave both 55/277 and 56/277 as "(20%)".
+    buf = io.StringIO()
+    with Progress(total, 0, stream=buf) as p:
+        for _ in range(total):
+            p.update(1)
+    pcts = [line.split("(")[1].split("%")[0] for line in buf.getvalue().splitlines()]
+    assert len(pcts) == len(set(pcts)) == 20
 
 
 def test_progress_resumed_and_small_totals() -> None:

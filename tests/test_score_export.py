@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engram_eval import audit, cli, runner
-from engram_eval.config import RunConfig
+from engram_eval import audit, cli
 from engram_eval.errors import DataError
 from engram_eval.provenance import summary_path
 
@@ -19,11 +18,9 @@ RAW = json.loads(FIXTURE.read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")
-def run_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("run") / "out.jsonl"
-    runner.run(RunConfig(retriever="flat-bm25", progress=False), FIXTURE, out,
-               echo=lambda m: None)
-    return out
+def run_out(pristine: Path) -> Path:
+    """The module's good run of the fixture (``pristine``, conftest.py); read only."""
+    return pristine
 
 
 @pytest.fixture(scope="module")

@@ -48,8 +48,8 @@ def test_run_config_is_its_retrieval_settings_plus_run_fields() -> None:
     assert type(s) is RetrievalSettings
     assert (s.bm25_k1, s.fusion, s.weight_dense) == (1.2, "convex", 0.7)
     assert s.fusion_spec() == {"method": "convex", "normalisation": "minmax", "k": 60.0,
-                               "weights": {"dense": 0.7, "bm25_user": 1.0,
-                                           "bm25_assistant": 0.5}}
+                               "weights": {"dense": 0.7, "bm25_user": 0.3,
+                                           "bm25_assistant": 0.1, "bm25_turn": 0.3}}
     assert RetrievalSettings.of({"rrf_k": 3.0}).rrf_k == 3.0
 
 

@@ -4,13 +4,11 @@ of tampering is caught and named."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from engram_eval import audit, cli, runner
-from engram_eval.config import RunConfig
 from engram_eval.provenance import sidecar_path, summary_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,22 +21,7 @@ ROWS_HASH = audit.ROWS_HASH
 GOLD = audit.GOLD
 
 
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("pristine") / "out.jsonl"
-    runner.run(RunConfig(retriever="flat-bm25", progress=False), FIXTURE, out,
-               echo=lambda m: None)
-    return out
-
-
-@pytest.fixture
-def result(pristine: Path, tmp_path: Path) -> Path:
-    """A private copy of a good run (result, sidecar, summary) to tamper with."""
-    out = tmp_path / "out.jsonl"
-    for src, dst in ((pristine, out), (sidecar_path(pristine), sidecar_path(out)),
-                     (summary_path(pristine), summary_path(out))):
-        shutil.copyfile(src, dst)
-    return out
+# ``pristine`` (a good run) and ``result`` (a private copy to tamper with): conftest.py
 
 
 def checks(rep: audit.VerifyReport) -> dict[str, tuple[bool, str]]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -11,9 +10,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def offline() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from engram_eval.cli import set_offline_env
+
+    set_offline_env()
 
 
 def add_settings_arguments(p: argparse.ArgumentParser) -> None:

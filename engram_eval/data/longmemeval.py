@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,19 +113,8 @@ def load_longmemeval(
     """
     data = read_json(path)
     records = _top_level_list(path, data)
-    validator = record_validator(load_schema(SCHEMA_NAME))
-    seen: dict[str, int] = {}
-    parsed = [
-        parse_record(
-            path,
-            index,
-            raw,
-            validator,
-            seen,
-            allow_duplicate_date_mismatch=allow_duplicate_date_mismatch,
-        )
-        for index, raw in enumerate(records)
-    ]
+    parse = _record_parser(path, allow_duplicate_date_mismatch)
+    parsed = [parse(index, raw) for index, raw in enumerate(records)]
     return LongMemEvalDataset(
         path=str(path),
         questions=tuple(p.question for p in parsed),
@@ -145,8 +134,7 @@ def iter_longmemeval(
     the stream reaches it, after the questions before it were yielded.
     """
     ijson = _ijson()
-    seen: dict[str, int] = {}
-    validator = record_validator(load_schema(SCHEMA_NAME))
+    parse = _record_parser(path, allow_duplicate_date_mismatch)
     p = Path(path)
     try:
         first = _first_byte(p)
@@ -159,18 +147,32 @@ def iter_longmemeval(
     with open_binary(p) as f:
         try:
             for index, raw in enumerate(ijson.items(f, "item", use_float=True)):
-                yield parse_record(
-                    path,
-                    index,
-                    raw,
-                    validator,
-                    seen,
-                    allow_duplicate_date_mismatch=allow_duplicate_date_mismatch,
-                ).question
+                yield parse(index, raw).question
         except ijson.JSONError as exc:
             raise DataError(path, FILE_RECORD, ROOT_FIELD, f"not valid JSON: {exc}") from exc
         except (OSError, EOFError, zlib.error) as exc:
             raise DataError(path, FILE_RECORD, ROOT_FIELD, f"cannot read file: {exc}") from exc
+
+
+def _record_parser(
+    path: str | Path, allow_duplicate_date_mismatch: bool
+) -> Callable[[int, Any], _Parsed]:
+    """:func:`parse_record` bound to one file: one validator and one duplicate-id table,
+    shared by every record of the file (records must be passed in file order)."""
+    validator = record_validator(load_schema(SCHEMA_NAME))
+    seen: dict[str, int] = {}
+
+    def parse(index: int, raw: Any) -> _Parsed:
+        return parse_record(
+            path,
+            index,
+            raw,
+            validator,
+            seen,
+            allow_duplicate_date_mismatch=allow_duplicate_date_mismatch,
+        )
+
+    return parse
 
 
 def _ijson() -> Any:
