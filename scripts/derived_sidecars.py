@@ -5,9 +5,10 @@ carries its provenance: its own sha256, the script that generated it (and that s
 sha256), the dataset hash, and the runs it was computed from (with fingerprints and
 summary/row hashes). Runs may be plain (``X.jsonl``) or compressed (``X.jsonl.gz``).
 
-Files that already have a sidecar written by their generator (``engram-eval analyze``,
-``plot``, ``compare``) are checked (the recorded sha256 must match the file) and left as
-they are; any other existing sidecar is refused, never overwritten.
+Files that already have a sidecar (written by their generator, e.g. ``engram-eval analyze``,
+``plot``, ``compare``, or by an earlier run of this script) are checked (the recorded sha256
+must match the file) and left as they are; a sidecar that does not match is refused, never
+overwritten.
 
     python scripts/derived_sidecars.py results/longmemeval_s_dev
 """
@@ -32,7 +33,35 @@ GENERATORS: dict[str, tuple[str, tuple[str, ...]]] = {
     "MISSES_hybrid_default.md": ("scripts/misses.py",
                                  ("hybrid_default.jsonl", "hybrid_default.jsonl.gz")),
     "dense_pieces.json": ("benchmarks/longmemeval/dense_pieces.py", ()),
+    "speed_variants_first40.json": ("benchmarks/longmemeval/speed_variants.py", ()),
+    "scale.json": ("benchmarks/longmemeval/scale.py", ()),
+    "scale.png": ("benchmarks/longmemeval/scale.py", ()),
+    # results/longmemeval_s_dev_split (scripts/publish_tuning.sh)
+    "tuned.yaml": ("engram_eval/tune.py", ("tuning_run.jsonl.gz",)),
+    "tuned.yaml.tuning.json": ("engram_eval/tune.py", ("tuning_run.jsonl.gz",)),
+    # results/production (scripts/publish_production.sh)
+    "calibration_v1.report.json": ("benchmarks/production_retrieval/calibrate.py", ()),
+    "calibration_v1.report.png": ("benchmarks/production_retrieval/calibrate.py", ()),
+    "abstention_longmemeval_s_dev.json": ("benchmarks/production_retrieval/abstention_sweep.py",
+                                          ()),
+    "abstention_longmemeval_s_dev.png": ("benchmarks/production_retrieval/abstention_sweep.py",
+                                         ()),
+    "abstention_locomo10.json": ("benchmarks/production_retrieval/abstention_sweep.py", ()),
+    "abstention_locomo10.png": ("benchmarks/production_retrieval/abstention_sweep.py", ()),
 }
+#: Frozen manifests (``*.frozen.json``) are written by engram_eval/frozen.py.
+SUFFIX_GENERATORS: dict[str, tuple[str, tuple[str, ...]]] = {
+    ".frozen.json": ("engram_eval/frozen.py", ()),
+}
+
+
+def generator_of(name: str) -> tuple[str, tuple[str, ...]] | None:
+    if name in GENERATORS:
+        return GENERATORS[name]
+    for suffix, gen in SUFFIX_GENERATORS.items():
+        if name.endswith(suffix):
+            return gen
+    return None
 RUN_SUFFIXES = (".jsonl", ".jsonl.gz")
 
 
@@ -47,7 +76,9 @@ def run_sidecars(d: Path) -> list[Path]:
 
 
 def describe(path: Path) -> dict:
-    gen, patterns = GENERATORS[path.name]
+    found = generator_of(path.name)
+    assert found is not None
+    gen, patterns = found
     inputs = []
     for inp in sorted({q for pat in patterns for q in path.parent.glob(pat)}):
         run = Path(str(inp).removesuffix(".summary.json"))
@@ -73,8 +104,9 @@ def describe(path: Path) -> dict:
             "note": "derived from the runs in this directory; see PROVENANCE.md for the command"}
 
 
-#: Files in results/ that document rather than measure: no sidecar needed.
-EXEMPT = ("PROVENANCE.md", "README.md")
+#: Files in results/ that document rather than measure, and the held-out ledger (itself a
+#: provenance record, appended to by every held-out run): no sidecar needed.
+EXEMPT = ("PROVENANCE.md", "README.md", "heldout_ledger.json")
 
 
 def is_exempt(p: Path) -> bool:
@@ -89,16 +121,25 @@ def main(directory: str) -> int:
         if p.is_dir() or is_run_file(p) or p.name.endswith(".metadata.json") or is_exempt(p):
             continue
         side = Path(str(p) + ".metadata.json")
+        if p.name.endswith(".summary.json") and Path(
+                str(p).removesuffix(".summary.json") + ".metadata.json").exists():
+            continue  # a production run's summary, beside its output and sidecar
+        if side.exists() and "output_sha256" in json.loads(side.read_text()):
+            if json.loads(side.read_text())["output_sha256"] != sha256_file(p):
+                print(f"{p} does not match its run sidecar {side}", file=sys.stderr)
+                return 1
+            print(f"kept {side} (a production run's sidecar)")
+            continue
         if side.exists():
             recorded = json.loads(side.read_text()).get("sha256")
-            if p.name in GENERATORS or recorded != sha256_file(p):
+            if recorded != sha256_file(p):
                 print(f"{side} already exists" + ("" if recorded == sha256_file(p) else
                       f" and does not match {p.name}") + "; move the old sidecar away",
                       file=sys.stderr)
                 return 1
-            print(f"kept {side} (written by its generator)")
+            print(f"kept {side} (it matches the file)")
             continue
-        if p.name not in GENERATORS:
+        if generator_of(p.name) is None:
             print(f"unknown derived file {p}; add its generator to GENERATORS", file=sys.stderr)
             return 1
         todo.append(p)

@@ -42,4 +42,5 @@ $PY $B/abstention_sweep.py "$LME" --dataset-label "LongMemEval S cleaned, develo
   --output "$OUT/abstention_longmemeval_s_dev.json" $SWEEP_ARGS
 $PY $B/abstention_sweep.py "$LOCOMO" --dataset-label "LoCoMo10" \
   --output "$OUT/abstention_locomo10.json" $SWEEP_ARGS
+$PY scripts/derived_sidecars.py "$OUT"   # sweeps, calibration report, manifests
 echo "done: $OUT"

@@ -97,4 +97,5 @@ for n in rrf_landed dense_only bm25_only; do
 done
 "$E" analyze "$OUT/heldout_default.jsonl.gz" --k 5 --output "$OUT/analyze_heldout_default.json" \
   | tail -n 15
+"$PY" scripts/derived_sidecars.py "$OUT"   # tuned.yaml, the manifests
 echo "done: $OUT (parts in $SCRATCH)"

@@ -19,8 +19,10 @@ from engram_eval.rows import is_compressed, scan_rows
 #: Checks that are allowed to fail on a published run: a later code change legitimately
 #: makes an old artifact stale (``verify`` reports it, naming the files).
 STALENESS = "source hashes match the installed package"
-#: Files in results/ that document rather than measure: no sidecar.
-EXEMPT_NAMES = ("PROVENANCE.md",)
+#: Files in results/ that document rather than measure, and the held-out ledger (itself a
+#: provenance record: every held-out run with its manifest and source fingerprints): no
+#: sidecar.
+EXEMPT_NAMES = ("PROVENANCE.md", "heldout_ledger.json")
 
 
 def is_exempt(p: Path) -> bool:
@@ -80,6 +82,18 @@ def check_scores_non_increasing(result: Path) -> None:
     assert not bad, f"{len(bad)} row(s), e.g. " + "; ".join(bad[:3])
 
 
+def _external_input(path: Path, meta: dict, inp: dict) -> bool:
+    """Inputs that are data, not publications: the source dataset itself (named by the
+    sidecar's dataset sha256) and, for a split manifest, the parts it lists (re-created
+    byte for byte by ``engram-eval split``; the data tier re-creates and hash-checks them)."""
+    if inp["sha256"] == (meta.get("dataset") or {}).get("sha256"):
+        return True
+    if path.name == "split_manifest.json":
+        parts = json.loads(path.read_text())["parts"].values()
+        return inp["sha256"] in {part["sha256"] for part in parts}
+    return False
+
+
 def check_every_file_carries_provenance(results: Path) -> list[Path]:
     """Every file is a run (with sidecar + summary), a run's sidecar/summary (with its run),
     an exempt document, or a derived file whose sidecar records its current sha256 and the
@@ -102,12 +116,24 @@ def check_every_file_carries_provenance(results: Path) -> list[Path]:
             continue
         if is_exempt(p):
             continue
+        if p.name.endswith(".summary.json"):
+            # a production run's summary: its output and that output's sidecar beside it
+            out = Path(str(p).removesuffix(".summary.json"))
+            out_side = Path(str(out) + ".metadata.json")
+            assert out.is_file() and out_side.is_file(), f"{p} has no run beside it"
+            assert json.loads(out_side.read_text()).get("output_sha256"), p
+            continue
         side = Path(str(p) + ".metadata.json")
         assert side.is_file(), f"{p} has no sidecar and is not an exempt document"
         meta = json.loads(side.read_text())
+        if "output_sha256" in meta:  # a production run's own sidecar (its output's sha256)
+            assert meta["output_sha256"] == sha256_file(p), f"{p} changed after its run"
+            continue
         assert meta["sha256"] == sha256_file(p), f"{p} changed after its sidecar was written"
         for inp in meta["inputs"]:
             src = p.parent / inp["file"]
+            if not src.is_file() and _external_input(p, meta, inp):
+                continue
             assert src.is_file(), f"{p}: input {inp['file']} is not published beside it"
             assert sha256_file(src) == inp["sha256"], (p, inp["file"])
         derived.append(p)

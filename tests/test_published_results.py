@@ -24,6 +24,8 @@ from published_checks import (
 )
 from real_data import data_dir
 
+from engram_eval.io import sha256_file
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "results"
 RESULTS = discover_runs(RESULTS_DIR)
@@ -49,11 +51,37 @@ def test_published_run_verifies(result: Path) -> None:
     check_verifies(result)
 
 
+@pytest.fixture(scope="session")
+def split_parts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tuning/held-out parts of every published split, re-created with ``engram-eval
+    split`` from the source data and the manifest's salt and fraction; each part's sha256
+    must equal the published manifest's (the split is deterministic)."""
+    from engram_eval.split import split_dataset
+
+    parts: dict[str, Path] = {}
+    for manifest in sorted(RESULTS_DIR.rglob("split_manifest.json")):
+        m = json.loads(manifest.read_text())
+        hits = sorted(data_dir().rglob(m["source"]["name"])) if data_dir().is_dir() else []
+        if not hits:
+            continue
+        out = tmp_path_factory.mktemp("split")
+        split_dataset(hits[0], holdout=m["holdout"], salt=m["salt"], output_dir=out)
+        for part in m["parts"].values():
+            path = out / part["file"]
+            assert sha256_file(path) == part["sha256"], f"{manifest}: {part['file']} differs"
+            parts[part["file"]] = path
+    return parts
+
+
 @pytest.mark.data
 @pytest.mark.parametrize("result", RESULTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())
-def test_published_run_verifies_against_the_dataset(result: Path) -> None:
+def test_published_run_verifies_against_the_dataset(result: Path,
+                                                    split_parts: dict[str, Path]) -> None:
     meta = json.loads(Path(str(result) + ".metadata.json").read_text())
     name = meta["dataset"]["name"]
+    if name in split_parts:
+        check_verifies(result, split_parts[name])
+        return
     hits = sorted(data_dir().rglob(name)) if data_dir().is_dir() else []
     if not hits:
         pytest.skip(f"dataset {name} not available under {data_dir()}")
