@@ -20,17 +20,8 @@
 # Smoke-test overrides (see scripts/_publish_lib.sh): ENGRAM_EVAL, PUBLISH_PYTHON,
 # PUBLISH_RETRIEVER, PUBLISH_EXTRA_ARGS; TEMPORAL_FLIP_ARGS; PUBLISH_LABEL.
 set -euo pipefail
-if [ "$#" -lt 2 ] || [ "$#" -gt 3 ]; then
-  echo "usage: $0 DATA CACHE [OUTDIR]   (OUTDIR default results/locomo10)" >&2
-  exit 2
-fi
-here=$PWD
-cd "$(dirname "$0")/.."
-root=$PWD
-abspath() { case "$1" in /*) printf '%s\n' "$1";; *) if [ "$here" = "$root" ]; then printf '%s\n' "$1"; else printf '%s\n' "$here/$1"; fi;; esac; }
-DATA=$(abspath "$1")
-CACHE=$(abspath "$2")
-OUT=$(abspath "${3:-results/locomo10}")
+# shellcheck source=scripts/_publish_args.sh
+source "$(dirname "$0")/_publish_args.sh" results/locomo10 "$@"
 FORMAT=locomo
 LABEL="${PUBLISH_LABEL:-LoCoMo10, all 10 conversations (not held out: the data was looked at while building the retriever)}"
 # shellcheck source=scripts/_publish_lib.sh

@@ -25,17 +25,8 @@
 # PUBLISH_RETRIEVER, PUBLISH_EXTRA_ARGS; TEMPORAL_FLIP_ARGS; PUBLISH_LABEL (the dataset label
 # of ABLATIONS.md); PUBLISH_SKIP_DENSE_PIECES=1 skips dense_pieces.json.
 set -euo pipefail
-if [ "$#" -lt 2 ] || [ "$#" -gt 3 ]; then
-  echo "usage: $0 DATA CACHE [OUTDIR]   (OUTDIR default results/longmemeval_s_dev)" >&2
-  exit 2
-fi
-here=$PWD
-cd "$(dirname "$0")/.."
-root=$PWD
-abspath() { case "$1" in /*) printf '%s\n' "$1";; *) if [ "$here" = "$root" ]; then printf '%s\n' "$1"; else printf '%s\n' "$here/$1"; fi;; esac; }
-DATA=$(abspath "$1")
-CACHE=$(abspath "$2")
-OUT=$(abspath "${3:-results/longmemeval_s_dev}")
+# shellcheck source=scripts/_publish_args.sh
+source "$(dirname "$0")/_publish_args.sh" results/longmemeval_s_dev "$@"
 FORMAT=longmemeval
 LABEL="${PUBLISH_LABEL:-development split of LongMemEval_S (not held out: the data was looked at while building the retriever)}"
 # shellcheck source=scripts/_publish_lib.sh

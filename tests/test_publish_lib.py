@@ -22,16 +22,22 @@ echo VERIFIED
 """
 
 
-def _run(tmp_path: Path, names: list[str], *args: str) -> subprocess.CompletedProcess:
+def _fake_engram(tmp_path: Path, body: str) -> Path:
+    """An executable stand-in for engram-eval (``body``: a sh script) in ``tmp_path``."""
     if shutil.which("bash") is None:
         pytest.skip("bash not available")
+    fake = tmp_path / "engram-eval"
+    fake.write_text(body)
+    fake.chmod(0o755)
+    return fake
+
+
+def _run(tmp_path: Path, names: list[str], *args: str) -> subprocess.CompletedProcess:
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
     for n in names:
         (out / n).write_text("{}\n")
-    fake = tmp_path / "engram-eval"
-    fake.write_text(FAKE)
-    fake.chmod(0o755)
+    fake = _fake_engram(tmp_path, FAKE)
     script = (f'set -euo pipefail\nDATA=d.json CACHE=c OUT="{out}" BENCH=b.py\n'
               f'source "{LIB}"\nverify_all {" ".join(args)}\necho PUBLISHED\n')
     env = {**os.environ, "ENGRAM_EVAL": str(fake), "CALLS": str(tmp_path / "calls")}
@@ -86,11 +92,7 @@ esac
 
 
 def _publish(tmp_path: Path, body: str, **env: str) -> subprocess.CompletedProcess:
-    if shutil.which("bash") is None:
-        pytest.skip("bash not available")
-    fake = tmp_path / "engram-eval"
-    fake.write_text(FAKE_FULL)
-    fake.chmod(0o755)
+    fake = _fake_engram(tmp_path, FAKE_FULL)
     out = tmp_path / "out"
     script = (f'set -euo pipefail\nDATA=d.json CACHE=c OUT="{out}" FORMAT=longmemeval\n'
               f'source "{LIB}"\n{body}\necho PUBLISHED\n')
@@ -163,11 +165,7 @@ def test_refuse_existing_names_one_file_in_one_line(tmp_path: Path) -> None:
 ])
 def test_publish_scripts_refuse_an_outdir_holding_their_files(tmp_path: Path, script: str,
                                                               existing: str) -> None:
-    if shutil.which("bash") is None:
-        pytest.skip("bash not available")
-    fake = tmp_path / "engram-eval"
-    fake.write_text(FAKE_FULL)
-    fake.chmod(0o755)
+    fake = _fake_engram(tmp_path, FAKE_FULL)
     out = tmp_path / "out"
     out.mkdir()
     (out / existing).write_text("old")
