@@ -32,7 +32,8 @@ def add_parsers(sub: Any) -> None:
                     help="gzip the parts (auto: when the source is gzipped)")
 
     c = sub.add_parser("compare", help="paired comparison of two runs over the same questions "
-                       "(bootstrap intervals, exact McNemar, flips, segment consistency)")
+                       "(bootstrap intervals, exact McNemar or, with --cluster id-prefix, a "
+                       "sign-flip test on clusters; flips, segment consistency)")
     c.add_argument("a", help="baseline run A (.jsonl or .jsonl.gz)")
     c.add_argument("b", help="run B; deltas are B - A")
     c.add_argument("--protocol", default=None,
@@ -44,6 +45,12 @@ def add_parsers(sub: Any) -> None:
     c.add_argument("--segments", type=int, default=5)
     c.add_argument("--segment-by", choices=("hash", "order"), default="hash",
                    help="segments of sha256(question_id) order (default) or row order")
+    c.add_argument("--cluster", choices=("question", "id-prefix"), default="question",
+                   help="unit of resampling and testing: question (default: paired bootstrap "
+                   "over questions, exact McNemar for binary metrics) or id-prefix (questions "
+                   "grouped by their id before the first ':', e.g. a LoCoMo conversation: "
+                   "cluster bootstrap, and a sign-flip test on cluster sums decides every "
+                   "metric; an id without ':' is refused)")
     c.add_argument("--output", help="write the report JSON here (must not exist)")
     c.add_argument("--plot", help="write the per-type delta chart here (.png/.svg/.pdf)")
     c.add_argument("--plot-metrics", nargs="+",
@@ -178,7 +185,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     protocol = args.protocol or _default_protocol(a)
     rep = compare_runs(a, b, protocol=protocol, metrics=args.metrics,
                        n_boot=args.bootstrap, seed=args.seed, segments=args.segments,
-                       segment_by=args.segment_by, alpha=args.alpha)
+                       segment_by=args.segment_by, alpha=args.alpha, cluster=args.cluster)
     print(format_report(rep))
     if args.plot:
         from engram_eval.plots import FigureLabels, delta_chart
@@ -189,8 +196,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             split=args.split_label or split_label(rep["dataset"]["name"]),
             denominator=denominator_label(a, protocol) + f"; n={rep['n']}",
             settings=args.settings_label or (
-                f"A = {_run_settings(a)}; B = {_run_settings(b)}; {conf}% paired bootstrap, "
-                f"{args.bootstrap} resamples, seed {args.seed}; exact McNemar"))
+                f"A = {_run_settings(a)}; B = {_run_settings(b)}; {_stats_label(rep, conf)}"))
         delta_chart(rep, args.plot_metrics, labels, args.plot,
                     title=f"{b.retriever} vs {a.retriever}: delta (B - A) per question type")
         if not args.no_sidecar:
@@ -205,6 +211,21 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                                   dataset=_run_dataset(a), runs=[a, b])
         print(f"wrote {args.output}")
     return 0
+
+
+def _stats_label(rep: Any, conf: int) -> str:
+    """The statistics named on the delta chart: what the report says was used."""
+    st = rep["settings"]
+    if "resampling_unit" not in st:  # question mode
+        return (f"{conf}% paired bootstrap, {st['bootstrap']} resamples, seed {st['seed']}; "
+                "exact McNemar")
+    methods = {e["cluster_test"]["method"] for gv in rep["groups"].values()
+               for e in gv["metrics"].values()}
+    test = ("exact sign-flip test" if methods == {"exact sign-flip"} else
+            "Monte-Carlo sign-flip test" if methods == {"monte-carlo sign-flip"} else
+            "sign-flip test (exact, or Monte-Carlo above 16 clusters)")
+    return (f"{conf}% cluster bootstrap by conversation (id prefix), {st['clusters']} clusters; "
+            f"{test}; {st['bootstrap']} resamples, seed {st['seed']}")
 
 
 def _default_protocol(run: Any) -> str:

@@ -5,7 +5,9 @@ rankings on identical definitions, ``export`` rankings without conversation text
 ``verify`` reports every check as ``ok``, ``FAIL`` or ``not checked``. A result is
 *verified* only when every check ran and passed, which needs ``--dataset``: the dataset is
 re-hashed and every row's gold re-derived from it. Without it the gold stored in the rows is
-trusted, and the report says so.
+trusted, and the report says so. The recorded source hashes are compared with the
+installed package, or (``--sources-at COMMIT``) with the files committed at the revision
+that published the run, so that later code changes do not make an old result unverifiable.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from engram_eval.errors import DataError, ProvenanceError
 from engram_eval.io import dump_json, exclusive_write, sha256_file
 from engram_eval.provenance import (
     fingerprint_of,
+    git_source_hashes,
     read_sidecar,
     sidecar_path,
     source_hashes,
@@ -118,8 +121,13 @@ GOLD = "gold re-derived from the dataset"
 ROWS_HASH = "rows sha256 matches the summary and sidecar"
 
 
-def verify(result: str | Path, dataset: str | Path | None = None) -> VerifyReport:
-    """Recompute and re-check everything a published run claims (see the module docstring)."""
+def verify(result: str | Path, dataset: str | Path | None = None, *,
+           sources_at: str | None = None, repo: str | Path | None = None) -> VerifyReport:
+    """Recompute and re-check everything a published run claims (see the module docstring).
+
+    The recorded source hashes are compared with the installed package, or with the files
+    committed at git revision ``sources_at`` (in ``repo``, default the checkout holding the
+    package) for a run published before later code changes."""
     result = Path(result)
     rep = VerifyReport()
     try:
@@ -214,14 +222,40 @@ def verify(result: str | Path, dataset: str | Path | None = None) -> VerifyRepor
         rep.add("summary recomputed from rows", not diffs, "; ".join(diffs[:5]))
     elif not spath.exists():
         rep.add("summary recomputed from rows", False, f"{spath} is missing")
-    try:
-        current = source_hashes(list(meta["sources"]))
-        changed = [k for k, v in meta["sources"].items() if current.get(k) != v]
-    except ProvenanceError as e:
-        changed = [str(e)]
-    rep.add("source hashes match the installed package", not changed,
-            ("differ: " + ", ".join(changed)) if changed else "")
+    _check_sources(rep, meta["sources"], sources_at, repo)
     return rep
+
+
+SOURCES_INSTALLED = "source hashes match the installed package"
+
+
+def _check_sources(rep: VerifyReport, recorded: dict[str, str], sources_at: str | None,
+                   repo: str | Path | None) -> None:
+    """Recorded source hashes against the installed package or, with ``sources_at``, against
+    the files committed at that git revision (for a run published before later changes)."""
+    if sources_at is None:
+        name = SOURCES_INSTALLED
+        try:
+            current: dict[str, str | None] = dict(source_hashes(list(recorded)))
+        except ProvenanceError as e:
+            rep.add(name, False, f"{e} (a run published at an earlier commit: "
+                    "--sources-at COMMIT)")
+            return
+    else:
+        try:
+            commit, current = git_source_hashes(list(recorded), sources_at, repo)
+        except ProvenanceError as e:
+            rep.add(f"source hashes match git {sources_at}", False, str(e))
+            return
+        name = f"source hashes match git {sources_at} ({commit[:12]})"
+    absent = [k for k in recorded if current.get(k) is None]
+    changed = [k for k, v in recorded.items() if k not in absent and current.get(k) != v]
+    detail = "; ".join(part for part in (
+        ("differ: " + ", ".join(changed)) if changed else "",
+        ("absent: " + ", ".join(absent)) if absent else "") if part)
+    if detail and sources_at is None:
+        detail += " (a run published at an earlier commit: --sources-at COMMIT)"
+    rep.add(name, not detail, detail)
 
 
 def _check_rows_hash(rep: VerifyReport, digest: str, stored: dict[str, Any] | None,

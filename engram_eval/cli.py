@@ -51,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("result")
     v.add_argument("--dataset", help="dataset file to re-hash and re-derive gold from "
                    "(without it nothing is VERIFIED and the exit status is 3)")
+    v.add_argument("--sources-at", metavar="COMMIT",
+                   help="compare the recorded source hashes with the files committed at this "
+                   "git revision (the commit that published the run) instead of the installed "
+                   "package, so a run published before later code changes stays checkable")
 
     s = sub.add_parser("score", help="score any system's rankings on identical definitions")
     s.add_argument("rankings", help="JSONL of {question_id, ranked_session_ids}")
@@ -123,7 +127,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from engram_eval.provenance import summary_path
     from engram_eval.runner import format_summary, read_json
 
-    rep = verify(args.result, args.dataset)
+    rep = verify(args.result, args.dataset, sources_at=args.sources_at)
     sp = summary_path(args.result)
     if rep.ok and sp.exists():
         summ = read_json(sp)

@@ -30,6 +30,48 @@ parts, by default ordered by ``sha256(question_id)`` (``--segment-by hash``; ``o
 the rows' question order), with ``numpy.array_split`` sizes. ``robust`` is True when the
 overall delta is non-zero and no segment's delta has the opposite sign (a segment with delta
 0 does not flip); a non-zero delta that flips in some segment is flagged not robust.
+
+Clustered resampling (``compare_runs(..., cluster="id-prefix")``, ``--cluster id-prefix``).
+The default, ``cluster="question"``, is everything above, and its report is exactly the one
+described there (no key is added or changed). With ``"id-prefix"`` the unit of resampling and
+of testing is a cluster of questions instead of a question, because questions that share a
+conversation are not independent. The cluster of a question is its ``question_id`` up to (not
+including) the first ``:`` (LoCoMo ``conv-26:q17`` -> ``conv-26``); if some compared question's
+id has no ``:``, the comparison is refused (ConfigError naming the id).
+
+In each group (``overall`` and each question type), the clusters that have questions in the
+group are numbered ``g = 0 .. G-1`` in order of first appearance in the rows of A. For each
+metric, ``S_g`` = sum of ``d_i`` over the group's questions in cluster g, and ``n_g`` = their
+number. ``a``, ``b`` and ``delta`` are unchanged (``delta = sum_g S_g / sum_g n_g = mean(d)``).
+
+* Cluster bootstrap interval: a fresh ``numpy.random.default_rng(seed)`` per group draws
+  ``idx = rng.integers(0, G, size=(n_boot, G))``; with ``c[r, g]`` = the number of times
+  cluster g occurs in ``idx[r]``, replicate r is the ratio
+  ``sum_g c[r, g] * S_g / sum_g c[r, g] * n_g`` (a cluster drawn twice counts twice, in both
+  sums). Every metric uses the same cluster draws. The interval is the same percentile rule
+  (``numpy.quantile(replicates, [alpha/2, 1 - alpha/2])``).
+* Significance, for EVERY metric (binary ones too): a sign-flip (randomisation) test on the
+  cluster sums. For a sign vector ``e`` in ``{-1, +1}^G``, ``T(e) = |sum_g e_g * S_g|``; the
+  observed value is ``T_obs = |sum_g S_g|``, and ``e`` counts when
+  ``T(e) >= T_obs - 1e-12``.
+
+  - ``G <= 16``: exact. All ``2^G`` vectors are enumerated (vector ``k`` has ``e_g = -1``
+    where bit g of k is set), and ``p = count / 2^G``. The smallest p possible is
+    ``2 / 2^G`` (``e`` and ``-e`` give the same T), so with 5 or fewer clusters no difference
+    can reach p < 0.05.
+  - ``G > 16``: Monte-Carlo. A fresh ``numpy.random.default_rng(seed)`` per group draws
+    ``u = rng.random((100000, G))`` and sets ``e = -1`` where ``u < 0.5``, else ``+1``. The
+    same vectors serve every metric of the group, and ``p = (1 + count) / (1 + 100000)``.
+  - When every ``S_g`` is 0, ``p = 1``.
+
+  ``significant`` = p < alpha, and the entry gets ``cluster_test`` = ``{"p", "clusters": G,
+  "method": "exact sign-flip" | "monte-carlo sign-flip", "sign_vectors", "min_p"}`` (with
+  ``"seed"`` for Monte-Carlo). Binary metrics still carry their ``mcnemar`` counts and p, but
+  only as description: with clusters, the McNemar p does not decide anything.
+* The report's ``settings`` gain ``resampling_unit`` (``"cluster (question id prefix before
+  ':')"``), ``cluster``, ``clusters`` (G overall), ``significance`` and ``sign_flip``, and
+  ``interval`` and ``binary_test`` describe the clustered procedure. Each group gains
+  ``clusters``. Flips and segment consistency are still computed per question.
 """
 
 from __future__ import annotations
@@ -48,6 +90,11 @@ from engram_eval.errors import ConfigError, DataError, ProvenanceError
 BINARY_METRIC = re.compile(r"^(recall_any|recall_all|hit)@\d+$")
 HEADLINE = ("recall_any@1", "recall_any@5", "recall_all@5", "ndcg_any@5", "mrr")
 KIND = "engram-eval compare report"
+CLUSTER_MODES = ("question", "id-prefix")
+CLUSTER_UNIT = "cluster (question id prefix before ':')"
+SIGN_FLIP_EXACT_MAX = 16  # clusters up to which every sign vector is enumerated
+SIGN_FLIP_DRAWS = 100000  # Monte-Carlo sign vectors above that
+SIGN_FLIP_TOL = 1e-12
 
 
 def is_binary_metric(name: str) -> bool:
@@ -156,19 +203,102 @@ def bootstrap_deltas(diffs: Any, n_boot: int, seed: int) -> Any:
     import numpy as np
 
     d = np.asarray(diffs, dtype=float)
-    n = d.shape[0]
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(n_boot, n))
     # counts[r, i] = how often question i was drawn in replicate r; mean = counts @ d / n
+    return draw_counts(d.shape[0], n_boot, seed) @ d / d.shape[0]
+
+
+def draw_counts(n: int, n_boot: int, seed: int) -> Any:
+    """``(n_boot, n)`` float array: how often each of ``n`` units is drawn in each replicate,
+    from exactly ``default_rng(seed).integers(0, n, size=(n_boot, n))``."""
+    import numpy as np
+
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
     flat = (idx + (np.arange(n_boot) * n)[:, None]).ravel()
-    counts = np.bincount(flat, minlength=n_boot * n).reshape(n_boot, n).astype(float)
-    return counts @ d / n
+    return np.bincount(flat, minlength=n_boot * n).reshape(n_boot, n).astype(float)
 
 
 def percentile_interval(replicates: Any, alpha: float) -> Any:
     import numpy as np
 
     return np.quantile(replicates, [alpha / 2, 1 - alpha / 2], axis=0)
+
+
+def cluster_of(question_id: str) -> str:
+    """The id-prefix cluster of a question: its id before the first ``:``."""
+    head, sep, _ = question_id.partition(":")
+    if not sep:
+        raise ConfigError(f"--cluster id-prefix: question id {question_id!r} has no ':', so "
+                          "it names no cluster (the cluster is the id before the first ':')")
+    return head
+
+
+def cluster_sums(diffs: Any, labels: Sequence[str]) -> tuple[list[str], Any, Any]:
+    """Clusters in order of first appearance, their column sums of ``diffs`` (n x m) as a
+    ``(G, m)`` array, and their sizes as a ``(G,)`` array."""
+    import numpy as np
+
+    d = np.asarray(diffs, dtype=float)
+    keys = list(dict.fromkeys(labels))
+    pos = {k: g for g, k in enumerate(keys)}
+    which = np.array([pos[lab] for lab in labels], dtype=np.intp)
+    sums = np.zeros((len(keys), d.shape[1]))
+    np.add.at(sums, which, d)
+    sizes = np.bincount(which, minlength=len(keys)).astype(float)
+    return keys, sums, sizes
+
+
+def cluster_bootstrap_deltas(sums: Any, sizes: Any, n_boot: int, seed: int) -> Any:
+    """Ratio-estimator replicates under a resample of clusters (see module doc).
+
+    Draws exactly ``default_rng(seed).integers(0, G, size=(n_boot, G))`` and returns an
+    ``(n_boot, m)`` array whose row r is ``c[r] @ sums / (c[r] @ sizes)``, where ``c[r, g]``
+    counts the draws of cluster g in replicate r.
+    """
+    import numpy as np
+
+    s = np.asarray(sums, dtype=float)
+    counts = draw_counts(s.shape[0], n_boot, seed)
+    return (counts @ s) / (counts @ np.asarray(sizes, dtype=float))[:, None]
+
+
+def sign_flip_test(sums: Any, seed: int, *, n_flip: int = SIGN_FLIP_DRAWS,
+                   exact_max: int = SIGN_FLIP_EXACT_MAX) -> tuple[Any, dict[str, Any]]:
+    """Sign-flip test of each column of the cluster sums ``sums`` (G x m); see module doc.
+
+    Returns the p-values (``(m,)`` array) and what was done: ``method``, ``sign_vectors``,
+    ``min_p`` (and ``seed`` for Monte-Carlo).
+    """
+    import numpy as np
+
+    s = np.asarray(sums, dtype=float)
+    g, m = s.shape
+    observed = np.abs(s.sum(axis=0)) - SIGN_FLIP_TOL
+    all_zero = ~np.any(s != 0, axis=0)
+    info: dict[str, Any]
+    if g <= exact_max:
+        k = np.arange(2 ** g, dtype=np.int64)
+        signs = 1.0 - 2.0 * ((k[:, None] >> np.arange(g)) & 1)
+        count = (np.abs(signs @ s) >= observed).sum(axis=0)
+        p = count / 2 ** g
+        info = {"method": "exact sign-flip", "sign_vectors": 2 ** g, "min_p": 2 / 2 ** g}
+    else:
+        if n_flip < 1:
+            raise ConfigError("sign-flip test: n_flip must be >= 1")
+        count = np.zeros(m, dtype=np.int64)
+        if not all_zero.all():
+            rng = np.random.default_rng(seed)
+            # drawn in blocks of rows: the same numbers as one rng.random((n_flip, g)) call
+            block = max(1, (1 << 20) // g)
+            done = 0
+            while done < n_flip:
+                r = min(block, n_flip - done)
+                signs = np.where(rng.random((r, g)) < 0.5, -1.0, 1.0)
+                count += (np.abs(signs @ s) >= observed).sum(axis=0)
+                done += r
+        p = (1 + count) / (1 + n_flip)
+        info = {"method": "monte-carlo sign-flip", "sign_vectors": n_flip,
+                "min_p": 1 / (1 + n_flip), "seed": seed}
+    return np.where(all_zero, 1.0, p), info
 
 
 def segment_ids(ids: Sequence[str], n_segments: int, by: str) -> list[list[str]]:
@@ -230,10 +360,16 @@ def check_comparable(a: Run, b: Run, protocol: str) -> None:
 
 def compare_runs(a: Run, b: Run, *, protocol: str = "answerable",
                  metrics: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
-                 segments: int = 5, segment_by: str = "hash", alpha: float = 0.05
-                 ) -> dict[str, Any]:
+                 segments: int = 5, segment_by: str = "hash", alpha: float = 0.05,
+                 cluster: str = "question") -> dict[str, Any]:
+    """The paired comparison report of runs A and B (see module doc); ``cluster`` is
+    ``"question"`` (resample and test questions) or ``"id-prefix"`` (resample and test
+    clusters of questions sharing the id prefix before ``:``)."""
     import numpy as np
 
+    if cluster not in CLUSTER_MODES:
+        raise ConfigError(f"--cluster must be one of {', '.join(CLUSTER_MODES)}, "
+                          f"got {cluster!r}")
     if n_boot < 1:
         raise ConfigError("--bootstrap must be >= 1")
     if segments < 1:
@@ -246,6 +382,8 @@ def compare_runs(a: Run, b: Run, *, protocol: str = "answerable",
         raise ConfigError(f"no question is scored under protocol {protocol!r} in {a.path}")
     order = [r["question_id"] for r in a.rows if r["question_id"] in ma]
     types = {r["question_id"]: r["question_type"] for r in a.rows}
+    clustered = cluster == "id-prefix"
+    labels = [cluster_of(q) for q in order] if clustered else []
     first = ma[order[0]]
     names = list(metrics) if metrics else list(first)
     for qid in order:
@@ -267,7 +405,12 @@ def compare_runs(a: Run, b: Run, *, protocol: str = "answerable",
     out_groups: dict[str, Any] = {}
     for g in ["overall", *sorted(k for k in groups if k != "overall")]:
         ix = groups[g]
-        reps = bootstrap_deltas(D[ix], n_boot, seed)
+        if clustered:
+            keys, sums, sizes = cluster_sums(D[ix], [labels[i] for i in ix])
+            reps = cluster_bootstrap_deltas(sums, sizes, n_boot, seed)
+            pvals, flip_info = sign_flip_test(sums, seed)
+        else:
+            reps = bootstrap_deltas(D[ix], n_boot, seed)
         lo, hi = percentile_interval(reps, alpha)
         res: dict[str, Any] = {}
         for j, name in enumerate(names):
@@ -275,13 +418,22 @@ def compare_runs(a: Run, b: Run, *, protocol: str = "answerable",
                 "a": float(A[ix, j].mean()), "b": float(B[ix, j].mean()),
                 "delta": float(D[ix, j].mean()), "ci": [float(lo[j]), float(hi[j])],
                 "binary": is_binary_metric(name)}
-            if entry["binary"]:
+            if clustered:
+                if entry["binary"]:  # descriptive only: the cluster test decides
+                    entry["mcnemar"] = mcnemar_exact(A[ix, j].tolist(), B[ix, j].tolist())
+                entry["cluster_test"] = {"p": float(pvals[j]), "clusters": len(keys),
+                                         **flip_info}
+                entry["significant"] = bool(pvals[j] < alpha)
+            elif entry["binary"]:
                 entry["mcnemar"] = mcnemar_exact(A[ix, j].tolist(), B[ix, j].tolist())
                 entry["significant"] = entry["mcnemar"]["p"] < alpha
             else:
                 entry["significant"] = bool(lo[j] > 0 or hi[j] < 0)
             res[name] = entry
-        out_groups[g] = {"n": len(ix), "metrics": res}
+        if clustered:
+            out_groups[g] = {"n": len(ix), "clusters": len(keys), "metrics": res}
+        else:
+            out_groups[g] = {"n": len(ix), "metrics": res}
     flips = {}
     for j, name in enumerate(names):
         if is_binary_metric(name):
@@ -308,6 +460,29 @@ def compare_runs(a: Run, b: Run, *, protocol: str = "answerable",
         "not_robust": [n for n in names if seg_out[n]["verdict"] == "not robust"],
         "note": "overall only; one test per metric, no correction for multiple comparisons",
     }
+    settings: dict[str, Any] = {
+        "bootstrap": n_boot, "seed": seed, "confidence": 1 - alpha,
+        "alpha": alpha, "interval": "paired bootstrap percentile",
+        "segments": segments, "segment_by": segment_by,
+        "binary_metrics": "by name: recall_any@k, recall_all@k, hit@k",
+        "binary_test": "exact McNemar (scipy.stats.binomtest, two-sided)"}
+    if clustered:
+        settings.update({
+            "interval": "cluster bootstrap percentile (clusters drawn with replacement; "
+                        "replicate = sum of drawn cluster sums of d / sum of drawn cluster "
+                        "sizes)",
+            "binary_test": "sign-flip test on cluster sums, as for every metric; the exact "
+                           "McNemar counts and p are reported but do not decide",
+            "resampling_unit": CLUSTER_UNIT,
+            "cluster": cluster,
+            "clusters": out_groups["overall"]["clusters"],
+            "significance": (f"every metric: sign-flip test on the cluster sums of d, p < "
+                             f"alpha; exact over all 2^G sign vectors when G <= "
+                             f"{SIGN_FLIP_EXACT_MAX}, else Monte-Carlo with "
+                             f"{SIGN_FLIP_DRAWS} sign vectors from default_rng(seed)"),
+            "sign_flip": {"exact_max_clusters": SIGN_FLIP_EXACT_MAX,
+                          "monte_carlo_vectors": SIGN_FLIP_DRAWS,
+                          "tolerance": SIGN_FLIP_TOL}})
     return {
         "kind": KIND,
         "protocol": protocol,
@@ -317,11 +492,7 @@ def compare_runs(a: Run, b: Run, *, protocol: str = "answerable",
         "dataset": {"name": a.dataset_name, "sha256": a.dataset_sha256},
         "n": len(order),
         "question_order": "rows of A",
-        "settings": {"bootstrap": n_boot, "seed": seed, "confidence": 1 - alpha,
-                     "alpha": alpha, "interval": "paired bootstrap percentile",
-                     "segments": segments, "segment_by": segment_by,
-                     "binary_metrics": "by name: recall_any@k, recall_all@k, hit@k",
-                     "binary_test": "exact McNemar (scipy.stats.binomtest, two-sided)"},
+        "settings": settings,
         "metrics": names,
         "groups": out_groups,
         "flips": flips,
@@ -335,19 +506,37 @@ def compare_runs(a: Run, b: Run, *, protocol: str = "answerable",
 def format_report(rep: Mapping[str, Any], metrics: Sequence[str] | None = None) -> str:
     names = [m for m in (metrics or HEADLINE) if m in rep["metrics"]] or list(rep["metrics"])[:5]
     a, b = rep["a"], rep["b"]
-    conf = int(round(rep["settings"]["confidence"] * 100))
+    st = rep["settings"]
+    conf = int(round(st["confidence"] * 100))
+    unit = st.get("resampling_unit", "question")  # question-mode reports carry no such key
+    clustered = unit != "question"
     lines = [f"compare protocol={rep['protocol']} n={rep['n']}  delta = B - A",
              f"  A: {a['path']} ({a['retriever']}, fingerprint {a['fingerprint']})",
              f"  B: {b['path']} ({b['retriever']}, fingerprint {b['fingerprint']})",
-             f"  dataset {rep['dataset']['name']} sha256 {rep['dataset']['sha256']}",
-             f"  {conf}% paired bootstrap ({rep['settings']['bootstrap']} resamples, seed "
-             f"{rep['settings']['seed']}); exact McNemar p for binary metrics", ""]
+             f"  dataset {rep['dataset']['name']} sha256 {rep['dataset']['sha256']}"]
+    if clustered:
+        lines += [f"  resampling unit: {unit}, {st['clusters']} clusters overall",
+                  f"  {conf}% cluster bootstrap ({st['bootstrap']} resamples, seed "
+                  f"{st['seed']}); significance: sign-flip test on cluster sums for every "
+                  "metric (McNemar not used)", ""]
+    else:
+        lines += ["  resampling unit: question",
+                  f"  {conf}% paired bootstrap ({st['bootstrap']} resamples, seed "
+                  f"{st['seed']}); exact McNemar p for binary metrics", ""]
     for g, gv in rep["groups"].items():
-        lines.append(f"{g} (n={gv['n']})")
+        lines.append(f"{g} (n={gv['n']}, {gv['clusters']} clusters)" if clustered
+                     else f"{g} (n={gv['n']})")
         for n in names:
             e = gv["metrics"][n]
-            p = f"  McNemar p={e['mcnemar']['p']:.4g} (+{e['mcnemar']['gained']}/-" \
-                f"{e['mcnemar']['lost']})" if e["binary"] else ""
+            if clustered:
+                ct = e["cluster_test"]
+                how = "exact" if ct["method"] == "exact sign-flip" else "Monte-Carlo"
+                p = f"  sign-flip p={ct['p']:.4g} ({how})"
+                if e["binary"]:
+                    p += f" (+{e['mcnemar']['gained']}/-{e['mcnemar']['lost']} questions)"
+            else:
+                p = f"  McNemar p={e['mcnemar']['p']:.4g} (+{e['mcnemar']['gained']}/-" \
+                    f"{e['mcnemar']['lost']})" if e["binary"] else ""
             star = " *" if e["significant"] else ""
             lines.append(f"  {n:<15} A={e['a']:.4f} B={e['b']:.4f} delta={e['delta']:+.4f} "
                          f"[{e['ci'][0]:+.4f}, {e['ci'][1]:+.4f}]{p}{star}")

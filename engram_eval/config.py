@@ -104,18 +104,26 @@ class RunConfig(RetrievalSettings):
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> RunConfig:
-        import yaml
-
-        try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ConfigError(f"{path}: cannot read config: {e}") from e
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: top level must be a mapping of config fields")
+        data = read_yaml_mapping(path, "config", "a mapping of config fields")
         return cls.from_mapping(data, source=str(path))
 
     def replace(self, **changes: Any) -> RunConfig:
         return dataclasses.replace(self, **changes).validate()
+
+
+def read_yaml_mapping(path: str | Path, what: str, expected: str) -> dict[str, Any]:
+    """Read a YAML file whose top level must be a mapping (an empty file is ``{}``); an
+    unreadable file, bad YAML or another top level is one :class:`ConfigError` naming the
+    file and ``what`` it should hold (``expected`` describes the mapping)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path}: cannot read {what}: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: {what} top level must be {expected}")
+    return data
 
 
 def _coerce(f: dataclasses.Field[Any], v: Any, source: str) -> Any:

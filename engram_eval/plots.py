@@ -121,7 +121,10 @@ def recall_curves(curves: Mapping[str, Mapping[str, Any]], ks: Sequence[int],
 def delta_chart(report: Mapping[str, Any], metrics: Sequence[str], labels: FigureLabels,
                 output: str | Path, *, title: str = "", overwrite: bool = False) -> Path:
     """One panel per metric: each group's delta (B - A) with its bootstrap interval; binary
-    metrics annotate the McNemar p. ``report`` is a :func:`compare.compare_runs` report."""
+    metrics annotate the McNemar p. A clustered report (entries with ``cluster_test``, from
+    ``compare_runs(..., cluster="id-prefix")``) annotates every metric with the sign-flip p
+    on cluster sums instead, the p that decided significance there. ``report`` is a
+    :func:`compare.compare_runs` report."""
     plt = _pyplot()
     names = [m for m in metrics if m in report["metrics"]]
     if not names:
@@ -139,7 +142,10 @@ def delta_chart(report: Mapping[str, Any], metrics: Sequence[str], labels: Figur
                 "tab:red" if e["significant"] and e["delta"] < 0 else "tab:gray")
             ax.errorbar([e["delta"]], [y], xerr=[[e["delta"] - lo], [hi - e["delta"]]],
                         fmt="o", color=color, capsize=3, ms=4)
-            if e["binary"]:
+            if "cluster_test" in e:
+                ax.annotate(f"p={e['cluster_test']['p']:.2g}", (hi, y), xytext=(4, 0),
+                            textcoords="offset points", va="center", fontsize=6.5)
+            elif e["binary"]:
                 ax.annotate(f"p={e['mcnemar']['p']:.2g}", (hi, y), xytext=(4, 0),
                             textcoords="offset points", va="center", fontsize=6.5)
         ax.axvline(0, color="black", lw=0.8)

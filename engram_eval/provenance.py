@@ -22,10 +22,12 @@ and use, batch size, Python build and platform (recorded under ``environment`` a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import socket
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -77,6 +79,37 @@ def source_hashes(modules: Sequence[str], root: str | Path | None = None) -> dic
             raise ProvenanceError(f"source file {rel} is missing from {root}")
         out[rel] = sha256_file(p)
     return out
+
+
+def git_source_hashes(modules: Sequence[str], rev: str,
+                      repo: str | Path | None = None) -> tuple[str, dict[str, str | None]]:
+    """``(commit, relative path -> sha256)`` of each file as committed at git revision
+    ``rev`` of ``repo`` (default: the checkout holding :func:`package_root`); a file absent
+    at that commit maps to ``None``. A published run stays checkable after later code
+    changes: its recorded source hashes are compared with the commit that published it
+    rather than with whatever is installed now. Raises :class:`ProvenanceError` when git is
+    missing, ``repo`` is not a git checkout or ``rev`` names no commit."""
+    root = str(package_root() if repo is None else repo)
+
+    def git(*args: str) -> bytes:
+        try:
+            done = subprocess.run(["git", "-C", root, *args], capture_output=True, check=False)
+        except OSError as e:
+            raise ProvenanceError(f"cannot run git to read sources at {rev!r}: {e}") from e
+        if done.returncode != 0:
+            err = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise ProvenanceError(f"git {' '.join(args[:2])} in {root} failed: "
+                                  f"{err[-1] if err else 'exit ' + str(done.returncode)}")
+        return done.stdout
+
+    commit = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").decode().strip()
+    listed = set(git("ls-tree", "-r", "--name-only", commit, "--",
+                     *sorted(set(modules))).decode().splitlines())
+    out: dict[str, str | None] = {}
+    for rel in sorted(set(modules)):
+        out[rel] = (hashlib.sha256(git("show", f"{commit}:{rel}")).hexdigest()
+                    if rel in listed else None)
+    return commit, out
 
 
 def package_versions() -> dict[str, str | None]:

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from engram_eval import metrics as M
+from engram_eval.config import read_yaml_mapping
 from engram_eval.errors import ConfigError, ProvenanceError
 from engram_eval.retrieval import fusion as F
 from engram_eval.retrieval.settings import SIGNALS, RetrievalSettings
@@ -106,14 +107,7 @@ def load_grid(path: str | Path) -> dict[str, Any]:
         temporal: [false, true]
         temporal_boost: [1.25, 1.5]         # used when temporal is true
     """
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"{path}: cannot read grid: {e}") from e
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: grid top level must be a mapping")
+    data = read_yaml_mapping(path, "grid", "a mapping of grid fields")
     src = str(path)
     unknown = sorted(set(data) - set(GRID_KEYS))
     if unknown:

@@ -13,7 +13,9 @@
 #   defaults with the temporal step flipped: $TEMPORAL_FLIP_ARGS, default the opposite of the
 #   package default), flat_bm25
 # then: ABLATIONS.md, analyze_hybrid_default.json, curves_hybrid_default.png and
-# compare_hybrid_default_vs_bm25_only.{json,png} (paired, deltas = hybrid_default - bm25_only),
+# compare_hybrid_default_vs_bm25_only.{json,png} (paired, deltas = hybrid_default - bm25_only;
+# resampled and tested by conversation, --cluster id-prefix: QA items of one conversation are
+# not independent),
 # each with its .metadata.json sidecar. Refuses to start when OUTDIR already holds any of
 # these files: nothing is overwritten.
 #
@@ -45,7 +47,7 @@ verify_all  # every compressed result again, against the dataset
 "$ENGRAM_EVAL" analyze "$OUT/hybrid_default.jsonl.gz" --output "$OUT/analyze_hybrid_default.json" \
   | tail -n 3
 "$ENGRAM_EVAL" plot "$OUT/hybrid_default.jsonl.gz" --output "$OUT/curves_hybrid_default.png"
-"$ENGRAM_EVAL" compare "$OUT/bm25_only.jsonl.gz" "$OUT/hybrid_default.jsonl.gz" \
+"$ENGRAM_EVAL" compare "$OUT/bm25_only.jsonl.gz" "$OUT/hybrid_default.jsonl.gz" --cluster id-prefix \
   --output "$OUT/compare_hybrid_default_vs_bm25_only.json" \
   --plot "$OUT/compare_hybrid_default_vs_bm25_only.png" | tail -n 5
 "$PUBLISH_PYTHON" scripts/derived_sidecars.py "$OUT"

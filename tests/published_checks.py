@@ -16,8 +16,9 @@ from engram_eval.audit import FAIL, verify
 from engram_eval.io import sha256_file
 from engram_eval.rows import is_compressed, scan_rows
 
-#: Checks that are allowed to fail on a published run: a later code change legitimately
-#: makes an old artifact stale (``verify`` reports it, naming the files).
+#: The installed-package source check, allowed to fail only when the commit that published a
+#: run cannot be found (no git, a shallow clone, a file not yet committed): a later code change
+#: legitimately makes the installed package differ from the recorded sources.
 STALENESS = "source hashes match the installed package"
 #: Files in results/ that document rather than measure, and the held-out ledger (itself a
 #: provenance record: every held-out run with its manifest and source fingerprints): no
@@ -55,11 +56,33 @@ def check_run_files(result: Path) -> None:
     assert summary["fingerprint"] == json.loads(side.read_text())["fingerprint"], result
 
 
-def check_verifies(result: Path, dataset: Path | None = None) -> None:
-    """``verify`` finds no failure apart from staleness; with the dataset, the dataset hash
-    and the gold were re-derived (every other check ran and passed)."""
-    report = verify(result, dataset)
-    failed = [(n, d) for n, status, d in report.checks if status == FAIL and n != STALENESS]
+def publishing_commit(path: Path) -> str | None:
+    """The commit that (last) added ``path`` to git, or ``None`` where that cannot be known:
+    git missing, not a checkout, a shallow clone, or the file not committed yet."""
+    import subprocess
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(path.parent), *args], capture_output=True,
+                                  text=True, check=False)
+        except OSError:
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    if git("rev-parse", "--is-shallow-repository") != "false":
+        return None
+    return git("log", "--diff-filter=A", "--format=%H", "-1", "--", path.name) or None
+
+
+def check_verifies(result: Path, dataset: Path | None = None,
+                   sources_at: str | None = None) -> None:
+    """``verify`` finds no failure; with the dataset, the dataset hash and the gold were
+    re-derived (every other check ran and passed). With ``sources_at`` (the publishing
+    commit) the recorded sources must equal that commit's; without it, the installed-package
+    source check may fail (staleness) and nothing else."""
+    report = verify(result, dataset, sources_at=sources_at)
+    failed = [(n, d) for n, status, d in report.checks
+              if status == FAIL and (sources_at is not None or n != STALENESS)]
     assert not failed, failed
     if dataset is not None:
         assert not report.not_checked, report.format()

@@ -272,7 +272,8 @@ def test_rerank_scores_are_sigmoid_of_raw(rerank_config: RunConfig) -> None:
         s.trace.get("moved_by_coverage") for s in ranking.results)
     stats = r.stats()["rerank"]
     assert stats["pairs_scored"] + stats["cache_hits"] == len(SESSIONS)
-    assert [m.role for m in r.models()] == ["embedding", "reranker"]
+    # the default embedding backend (onnx) records its offline export beside the source model
+    assert [m.role for m in r.models()] == ["embedding", "embedding-onnx", "reranker"]
 
 
 def test_fusion_alpha_blend_and_non_candidates(rerank_config: RunConfig) -> None:

@@ -100,3 +100,21 @@ def test_cli_plot(tmp_path: Path) -> None:
     out = tmp_path / "c.svg"
     assert cli.main(["plot", str(p), "--output", str(out)]) == 0
     assert "held-out part" in out.read_text()
+
+
+def test_delta_chart_clustered_annotates_cluster_test_p(tmp_path: Path) -> None:
+    ct = {"p": 0.0312, "clusters": 5, "method": "exact sign-flip", "sign_vectors": 32,
+          "min_p": 2 / 32}
+    binary = {"a": 0.5, "b": 0.6, "delta": 0.1, "ci": [0.02, 0.2], "binary": True,
+              "mcnemar": {"p": 0.25, "lost": 1, "gained": 3}, "cluster_test": ct,
+              "significant": True}
+    graded = {"a": 0.5, "b": 0.55, "delta": 0.05, "ci": [-0.01, 0.1], "binary": False,
+              "cluster_test": {**ct, "p": 0.4375}, "significant": False}
+    rep = {"metrics": ["recall_any@1", "mrr"], "settings": {"confidence": 0.95},
+           "groups": {"overall": {"n": 4, "clusters": 5,
+                                  "metrics": {"recall_any@1": binary, "mrr": graded}}}}
+    out = tmp_path / "d.svg"
+    delta_chart(rep, ["recall_any@1", "mrr"], LABELS, out)
+    text = out.read_text()
+    assert "p=0.031" in text and "p=0.44" in text
+    assert "p=0.25" not in text  # the McNemar p is not what decided

@@ -4,9 +4,11 @@ PROVENANCE.md, passes ``verify`` (metrics recomputed from rows, fingerprint, sch
 set, summary) and publishes rankings whose scores never increase; every other file in
 results/ carries a provenance sidecar or is an exempt document (PROVENANCE.md, README*.md).
 
-Source-hash staleness is not asserted here (a later code change legitimately makes an old
-artifact stale; ``verify`` reports it). With the real data present, the opt-in tier
-(``pytest -m data``) also re-hashes the dataset and re-derives gold from it.
+Recorded source hashes are checked against the commit that added each run to git (``verify
+--sources-at``), so a later code change cannot hide a run whose recorded sources match no
+commit; where that commit cannot be known (no git, a shallow clone, not yet committed) the
+installed-package source check is allowed to be stale. With the real data present, the
+opt-in tier (``pytest -m data``) also re-hashes the dataset and re-derives gold from it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from published_checks import (
     check_scores_non_increasing,
     check_verifies,
     discover_runs,
+    publishing_commit,
 )
 from real_data import data_dir
 
@@ -48,7 +51,7 @@ def test_published_run_has_sidecar_and_is_documented(result: Path) -> None:
 
 @pytest.mark.parametrize("result", RESULTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())
 def test_published_run_verifies(result: Path) -> None:
-    check_verifies(result)
+    check_verifies(result, sources_at=publishing_commit(result))
 
 
 @pytest.fixture(scope="session")
@@ -80,12 +83,12 @@ def test_published_run_verifies_against_the_dataset(result: Path,
     meta = json.loads(Path(str(result) + ".metadata.json").read_text())
     name = meta["dataset"]["name"]
     if name in split_parts:
-        check_verifies(result, split_parts[name])
+        check_verifies(result, split_parts[name], publishing_commit(result))
         return
     hits = sorted(data_dir().rglob(name)) if data_dir().is_dir() else []
     if not hits:
         pytest.skip(f"dataset {name} not available under {data_dir()}")
-    check_verifies(result, hits[0])
+    check_verifies(result, hits[0], publishing_commit(result))
 
 
 @pytest.mark.parametrize("result", RESULTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())

@@ -47,7 +47,8 @@ def test_rerank_run_with_local_models(backend: str, tiny_cross_encoder: str,
     assert len(rows) == 12
     meta = json.loads(Path(str(out) + ".metadata.json").read_text())
     roles = {m["role"]: m for m in meta["models"]}
-    assert set(roles) == {"embedding", "reranker"}
+    assert set(roles) == {"embedding", "embedding-onnx", "reranker"}  # onnx: the default
+    assert "model.onnx" in roles["embedding-onnx"]["files_sha256"]
     assert roles["reranker"]["source"] == "path"
     assert "model.safetensors" in roles["reranker"]["files_sha256"]
 

@@ -164,3 +164,26 @@ def test_example_grid_loads() -> None:
 
     g = load_grid(EXAMPLE_GRID)
     assert set(g["fusion"]) == {"rrf", "convex"} and "weights" in g
+
+
+def _load_grid(path: Path) -> object:
+    from engram_eval.tune import load_grid
+
+    return load_grid(path)
+
+
+@pytest.mark.parametrize(("loader", "text", "expect"), [
+    (_load_grid, "- rrf\n- convex\n", "grid top level must be a mapping of grid fields"),
+    (_load_grid, "fusion: [rrf\n", "cannot read grid"),
+    (RunConfig.from_yaml, "- fusion\n", "config top level must be a mapping of config fields"),
+    (RunConfig.from_yaml, "fusion: [rrf\n", "cannot read config"),
+])
+def test_bad_yaml_file_names_the_file(tmp_path: Path, loader, text: str, expect: str) -> None:  # type: ignore[no-untyped-def]
+    """``tune --grid`` and ``run --config`` share one YAML reader and its errors."""
+    bad = tmp_path / "in.yaml"
+    bad.write_text(text)
+    with pytest.raises(ConfigError, match=expect) as e:
+        loader(bad)
+    assert str(e.value).startswith(f"{bad}: ")
+    with pytest.raises(ConfigError, match="cannot read"):
+        loader(tmp_path / "absent.yaml")

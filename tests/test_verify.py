@@ -179,7 +179,86 @@ def test_changed_source(result: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(audit, "source_hashes", fake)
     rep = audit.verify(result, FIXTURE)
-    assert failed(rep) == {SOURCES: "differ: engram_eval/metrics.py"}
+    assert failed(rep) == {SOURCES: "differ: engram_eval/metrics.py (a run published at an "
+                           "earlier commit: --sources-at COMMIT)"}
+
+
+def _git(repo: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c",
+                           "user.email=t@example.org", *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture
+def publishing_repo(result: Path, tmp_path: Path) -> Path:
+    """A git repository whose first commit holds exactly the sources the run recorded."""
+    import shutil
+
+    from engram_eval.provenance import package_root, read_sidecar
+
+    repo = tmp_path / "repo"
+    for rel in read_sidecar(result)["sources"]:
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(package_root() / rel, repo / rel)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "publish")
+    return repo
+
+
+def test_sources_at_the_publishing_commit(result: Path, publishing_repo: Path) -> None:
+    commit = _git(publishing_repo, "rev-parse", "HEAD")
+    rep = audit.verify(result, FIXTURE, sources_at="HEAD", repo=publishing_repo)
+    assert rep.verified, rep.format()
+    assert [n for n, _, _ in rep.checks][-1] == f"source hashes match git HEAD ({commit[:12]})"
+    # later code changes: the installed-package view would go stale, the commit view does not
+    (publishing_repo / "engram_eval/metrics.py").write_text("# changed later\n")
+    _git(publishing_repo, "commit", "-q", "-am", "later change")
+    later = _git(publishing_repo, "rev-parse", "HEAD")
+    assert failed(audit.verify(result, FIXTURE, sources_at="HEAD", repo=publishing_repo)) == {
+        f"source hashes match git HEAD ({later[:12]})": "differ: engram_eval/metrics.py"}
+    assert audit.verify(result, FIXTURE, sources_at=commit[:10], repo=publishing_repo).verified
+
+
+def test_sources_at_a_commit_missing_a_file(result: Path, publishing_repo: Path) -> None:
+    _git(publishing_repo, "rm", "-q", "engram_eval/rows.py")
+    _git(publishing_repo, "commit", "-q", "-m", "drop")
+    bad = failed(audit.verify(result, FIXTURE, sources_at="HEAD", repo=publishing_repo))
+    assert list(bad.values()) == ["absent: engram_eval/rows.py"]
+
+
+@pytest.mark.parametrize("rev", ["no-such-revision", "HEAD~5"])
+def test_sources_at_an_unknown_revision(result: Path, publishing_repo: Path, rev: str) -> None:
+    rep = audit.verify(result, FIXTURE, sources_at=rev, repo=publishing_repo)
+    (name, detail), = failed(rep).items()
+    assert name == f"source hashes match git {rev}" and "rev-parse" in detail
+    assert rep.exit_code == 1
+
+
+def test_sources_at_outside_a_git_checkout(result: Path, tmp_path: Path) -> None:
+    plain = tmp_path / "not-a-repo"
+    plain.mkdir()
+    (name, detail), = failed(audit.verify(result, FIXTURE, sources_at="HEAD",
+                                          repo=plain)).items()
+    assert name == "source hashes match git HEAD" and str(plain) in detail
+
+
+def test_cli_sources_at(result: Path, monkeypatch: pytest.MonkeyPatch,
+                        capsys: pytest.CaptureFixture[str]) -> None:
+    seen = {}
+    real = audit.verify
+
+    def spy(res, dataset=None, *, sources_at=None, repo=None):
+        seen["sources_at"] = sources_at
+        return real(res, dataset, sources_at=sources_at, repo=repo)
+
+    monkeypatch.setattr(audit, "verify", spy)
+    code = cli.main(["verify", str(result), "--dataset", str(FIXTURE), "--sources-at",
+                     "no-such-revision"])
+    assert seen == {"sources_at": "no-such-revision"}
+    assert code == 1 and "[FAIL] source hashes match git no-such-revision" in capsys.readouterr().out
 
 
 def test_edited_summary_value(result: Path) -> None:

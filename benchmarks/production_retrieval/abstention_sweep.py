@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from pathlib import Path
 
     from engram_eval import protocols as P
+    from engram_eval.data.records import has_chat_roles
     from engram_eval.datasets import load_questions, resolve_format
     from engram_eval.errors import EngramEvalError
     from engram_eval.io import dump_json, exclusive_write, sha256_file
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                 gold = () if unans else (P.gold_for(q, "answerable") or ())
             if not unans and not gold:
                 continue  # answerable in name only: no gold session to check against
-            roles = any(t.role in ("user", "assistant") for s in q.sessions for t in s.turns)
+            roles = has_chat_roles(q.sessions)
             mems = [Memory(s.session_id, s.user_text if roles else s.text(), s.date)
                     for s in q.sessions]
             count, lim = engine._counter if engine._counter is not None else (None, 256)

@@ -168,7 +168,7 @@ class OnnxEmbedder(_LocalEmbedder):
             import json
             from pathlib import Path
 
-            ort = _import("onnxruntime", "engram-eval[onnx]  (onnxruntime)")
+            ort = _import("onnxruntime", "'onnxruntime>=1.17'")
             tokenizers = _import("tokenizers", "tokenizers")
             d = Path(self.ref.path)
             self._info = json.loads((d / "export.json").read_text(encoding="utf-8"))

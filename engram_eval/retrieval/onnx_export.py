@@ -197,7 +197,7 @@ def _quantize(src: Path, target: Path, scheme: str) -> None:
         from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError as e:
         raise ImportError("onnxruntime is required for the onnx backend: "
-                          "pip install engram-eval[onnx]") from e
+                          "pip install 'onnxruntime>=1.17'") from e
     s = QUANT_SETTINGS[scheme]
     quantize_dynamic(str(src), str(target), weight_type=getattr(QuantType, s["weight_type"]),
                      reduce_range=s["reduce_range"], per_channel=s["per_channel"],
@@ -210,12 +210,12 @@ def export_onnx(source: ModelRef, precision: str = "fp32",
     if precision not in ONNX_PRECISIONS:
         raise ConfigError(f"config field embedding_precision={precision!r}: the onnx backend "
                           f"supports {list(ONNX_PRECISIONS)}")
-    for mod, hint in (("onnxruntime", "onnxruntime"), ("onnx", "onnx")):
+    for mod, pin in (("onnxruntime", "onnxruntime>=1.17"), ("onnx", "onnx>=1.15")):
         try:
             __import__(mod)
         except ImportError as e:
-            raise ImportError(f"{mod} is required for the onnx embedding backend: "
-                              f"pip install engram-eval[onnx]  ({hint})") from e
+            raise ImportError(f"{mod} is required for the onnx embedding backend (a core "
+                              f"dependency of engram-eval): pip install '{pin}'") from e
     if precision == "int8" and scheme is None:
         scheme = int8_scheme()
     final = export_dir(source, precision, cache_root, scheme)

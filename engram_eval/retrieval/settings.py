@@ -94,8 +94,11 @@ class RetrievalSettings:
 
     # dense
     use_dense: bool = _f(True, "dense retrieval over user text (signal 'dense')", group="dense")
-    embedding_backend: str = _f("sentence_transformers", "embedding backend", group="dense",
-                                choices=("sentence_transformers", "flag_embedding", "onnx"))
+    embedding_backend: str = _f("onnx", "embedding backend: onnx (ONNX Runtime over a graph "
+                                "exported offline from the model files, cached), "
+                                "sentence_transformers (torch) or flag_embedding",
+                                group="dense",
+                                choices=("onnx", "sentence_transformers", "flag_embedding"))
     embedding_model: str = _f("all-MiniLM-L6-v2", "embedding model: name (bundled or HF cache) "
                               "or local path", group="dense")
     embedding_precision: str = _f("fp32", "embedding inference precision", group="dense",
