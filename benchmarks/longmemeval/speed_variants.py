@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Embedding backend/precision variants: cold vs warm cache, and paired metrics vs torch fp32.
 
-For each variant (``torch-fp32`` = sentence_transformers fp32, the default; ``onnx-fp32``;
-``onnx-int8``, scheme chosen for this CPU) the same run is made twice, each in a fresh
+For each variant (``torch-fp32`` = sentence_transformers fp32, the paired baseline and the
+backend of the published runs; ``onnx-fp32``, the default embedding backend since this
+measurement; ``onnx-int8``, scheme chosen for this CPU) the same run is made twice, each in a fresh
 subprocess: cold (an empty vector cache; the ONNX export is prepared beforehand, outside the
 measurement, in the same cache directory) and warm (the cache the cold pass filled).
 Reported per pass: s/question, wall, peak RSS, model-inference seconds and their share of
