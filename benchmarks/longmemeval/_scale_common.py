@@ -16,7 +16,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from speed import CHILD, one_pass  # noqa: E402,F401  (re-exported)
+from speed import CHILD, PEAK_RSS, one_pass  # noqa: E402,F401  (re-exported)
 
 
 def git_commit() -> str | None:
@@ -79,15 +79,16 @@ def write_json(path: str | Path, obj: Any) -> None:
 def measure_python(code: str, args: list[str]) -> dict[str, Any]:
     """Run ``code`` in a fresh interpreter (argv[1:] = args), returning its JSON stdout's last
     line plus wall time and peak RSS."""
-    wrapper = (
-        "import json, resource, sys, time\n"
+    wrapper = PEAK_RSS + (
+        "import json, sys, time\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
         "t = time.perf_counter()\n"
         "ns = {}\n"
         "exec(compile(sys.argv[1], '<measured>', 'exec'), ns)\n"
         "res = ns['main'](*sys.argv[2:])\n"
+        "rss, source = _peak_rss()\n"
         "print(json.dumps({'result': res, 'wall_seconds': time.perf_counter() - t,\n"
-        "  'peak_rss_bytes': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))\n"
+        "  'peak_rss_bytes': rss, 'peak_rss_source': source}))\n"
     )
     proc = subprocess.run([sys.executable, "-c", wrapper, code, *args], capture_output=True,
                           text=True)
