@@ -227,6 +227,7 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
 
 
 SOURCES_INSTALLED = "source hashes match the installed package"
+SOURCES_AT_HINT = " (a run published at an earlier commit: --sources-at COMMIT)"
 
 
 def _check_sources(rep: VerifyReport, recorded: dict[str, str], sources_at: str | None,
@@ -238,8 +239,7 @@ def _check_sources(rep: VerifyReport, recorded: dict[str, str], sources_at: str 
         try:
             current: dict[str, str | None] = dict(source_hashes(list(recorded)))
         except ProvenanceError as e:
-            rep.add(name, False, f"{e} (a run published at an earlier commit: "
-                    "--sources-at COMMIT)")
+            rep.add(name, False, f"{e}{SOURCES_AT_HINT}")
             return
     else:
         try:
@@ -254,7 +254,7 @@ def _check_sources(rep: VerifyReport, recorded: dict[str, str], sources_at: str 
         ("differ: " + ", ".join(changed)) if changed else "",
         ("absent: " + ", ".join(absent)) if absent else "") if part)
     if detail and sources_at is None:
-        detail += " (a run published at an earlier commit: --sources-at COMMIT)"
+        detail += SOURCES_AT_HINT
     rep.add(name, not detail, detail)
 
 

@@ -418,22 +418,19 @@ def compare_runs(a: Run, b: Run, *, protocol: str = "answerable",
                 "a": float(A[ix, j].mean()), "b": float(B[ix, j].mean()),
                 "delta": float(D[ix, j].mean()), "ci": [float(lo[j]), float(hi[j])],
                 "binary": is_binary_metric(name)}
+            if entry["binary"]:  # with clusters only descriptive: the cluster test decides
+                entry["mcnemar"] = mcnemar_exact(A[ix, j].tolist(), B[ix, j].tolist())
             if clustered:
-                if entry["binary"]:  # descriptive only: the cluster test decides
-                    entry["mcnemar"] = mcnemar_exact(A[ix, j].tolist(), B[ix, j].tolist())
                 entry["cluster_test"] = {"p": float(pvals[j]), "clusters": len(keys),
                                          **flip_info}
                 entry["significant"] = bool(pvals[j] < alpha)
             elif entry["binary"]:
-                entry["mcnemar"] = mcnemar_exact(A[ix, j].tolist(), B[ix, j].tolist())
                 entry["significant"] = entry["mcnemar"]["p"] < alpha
             else:
                 entry["significant"] = bool(lo[j] > 0 or hi[j] < 0)
             res[name] = entry
-        if clustered:
-            out_groups[g] = {"n": len(ix), "clusters": len(keys), "metrics": res}
-        else:
-            out_groups[g] = {"n": len(ix), "metrics": res}
+        out_groups[g] = {"n": len(ix), **({"clusters": len(keys)} if clustered else {}),
+                         "metrics": res}
     flips = {}
     for j, name in enumerate(names):
         if is_binary_metric(name):

@@ -91,9 +91,10 @@ def git_source_hashes(modules: Sequence[str], rev: str,
     missing, ``repo`` is not a git checkout or ``rev`` names no commit."""
     root = str(package_root() if repo is None else repo)
 
-    def git(*args: str) -> bytes:
+    def git(*args: str, stdin: bytes | None = None) -> bytes:
         try:
-            done = subprocess.run(["git", "-C", root, *args], capture_output=True, check=False)
+            done = subprocess.run(["git", "-C", root, *args], input=stdin, capture_output=True,
+                                  check=False)
         except OSError as e:
             raise ProvenanceError(f"cannot run git to read sources at {rev!r}: {e}") from e
         if done.returncode != 0:
@@ -103,12 +104,24 @@ def git_source_hashes(modules: Sequence[str], rev: str,
         return done.stdout
 
     commit = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").decode().strip()
-    listed = set(git("ls-tree", "-r", "--name-only", commit, "--",
-                     *sorted(set(modules))).decode().splitlines())
+    paths = sorted(set(modules))
+    # one git process for every file: each answer is "<id> <type> <size>\n<bytes>\n", or
+    # "<name> missing\n" for a path that the commit does not hold
+    out_bytes = git("cat-file", "--batch",
+                    stdin="".join(f"{commit}:{rel}\n" for rel in paths).encode())
     out: dict[str, str | None] = {}
-    for rel in sorted(set(modules)):
-        out[rel] = (hashlib.sha256(git("show", f"{commit}:{rel}")).hexdigest()
-                    if rel in listed else None)
+    pos = 0
+    for rel in paths:
+        end = out_bytes.index(b"\n", pos)
+        header = out_bytes[pos:end].split()
+        pos = end + 1
+        if header[-1] == b"missing":
+            out[rel] = None
+            continue
+        size = int(header[2])
+        blob = out_bytes[pos:pos + size]
+        pos += size + 1
+        out[rel] = hashlib.sha256(blob).hexdigest() if header[1] == b"blob" else None
     return commit, out
 
 

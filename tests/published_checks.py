@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engram_eval.audit import FAIL, verify
+from engram_eval.audit import FAIL, SOURCES_INSTALLED, verify
 from engram_eval.io import sha256_file
 from engram_eval.rows import is_compressed, scan_rows
 
 #: The installed-package source check, allowed to fail only when the commit that published a
 #: run cannot be found (no git, a shallow clone, a file not yet committed): a later code change
 #: legitimately makes the installed package differ from the recorded sources.
-STALENESS = "source hashes match the installed package"
+STALENESS = SOURCES_INSTALLED
 #: Files in results/ that document rather than measure, and the held-out ledger (itself a
 #: provenance record: every held-out run with its manifest and source fingerprints): no
 #: sidecar.
