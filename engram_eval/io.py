@@ -110,3 +110,9 @@ def streaming_write(path: str | Path, *, exclusive: bool = True,
 
 def dump_json(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def package_root() -> Path:
+    """Directory that holds the ``engram_eval`` package (hashed source paths are relative to
+    it)."""
+    return Path(__file__).resolve().parent.parent

@@ -56,7 +56,7 @@ refuse_planned() {
 temporal_flip() {
   local default_temporal
   if [ -z "${TEMPORAL_FLIP_ARGS+x}" ]; then  # flip the package default's temporal step
-    default_temporal=$("$PUBLISH_PYTHON" -c 'from engram_eval.config import RunConfig; print(RunConfig().temporal)')
+    default_temporal=$("$PUBLISH_PYTHON" -c 'from engram_eval.runs.config import RunConfig; print(RunConfig().temporal)')
     case "$default_temporal" in
       True) TEMPORAL_FLIP_ARGS="--no-temporal";;
       False) TEMPORAL_FLIP_ARGS="--temporal";;

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engram_eval.io import exclusive_write, sha256_file  # noqa: E402
-from engram_eval.rows import rows_sha256  # noqa: E402
+from engram_eval.runs.rows import rows_sha256  # noqa: E402
 
 #: derived file -> (generator, glob patterns of its inputs in the same directory)
 GENERATORS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -37,8 +37,8 @@ GENERATORS: dict[str, tuple[str, tuple[str, ...]]] = {
     "scale.json": ("benchmarks/longmemeval/scale.py", ()),
     "scale.png": ("benchmarks/longmemeval/scale.py", ()),
     # results/longmemeval_s_dev_split (scripts/publish_tuning.sh)
-    "tuned.yaml": ("engram_eval/tune.py", ("tuning_run.jsonl.gz",)),
-    "tuned.yaml.tuning.json": ("engram_eval/tune.py", ("tuning_run.jsonl.gz",)),
+    "tuned.yaml": ("engram_eval/analysis/tune.py", ("tuning_run.jsonl.gz",)),
+    "tuned.yaml.tuning.json": ("engram_eval/analysis/tune.py", ("tuning_run.jsonl.gz",)),
     # results/production (scripts/publish_production.sh)
     "calibration_v1.report.json": ("benchmarks/production_retrieval/calibrate.py", ()),
     "calibration_v1.report.png": ("benchmarks/production_retrieval/calibrate.py", ()),
@@ -49,9 +49,9 @@ GENERATORS: dict[str, tuple[str, tuple[str, ...]]] = {
     "abstention_locomo10.json": ("benchmarks/production_retrieval/abstention_sweep.py", ()),
     "abstention_locomo10.png": ("benchmarks/production_retrieval/abstention_sweep.py", ()),
 }
-#: Frozen manifests (``*.frozen.json``) are written by engram_eval/frozen.py.
+#: Frozen manifests (``*.frozen.json``) are written by engram_eval/provenance/frozen.py.
 SUFFIX_GENERATORS: dict[str, tuple[str, tuple[str, ...]]] = {
-    ".frozen.json": ("engram_eval/frozen.py", ()),
+    ".frozen.json": ("engram_eval/provenance/frozen.py", ()),
 }
 
 

@@ -53,7 +53,7 @@ echo "== 3. tune on the tuning run only"
   --output "$OUT/tuned.yaml" --protocol answerable --folds 5 --seed 0
 "$PY" - "$OUT/tuned.yaml" <<'EOF'
 import sys
-from engram_eval.config import RunConfig
+from engram_eval.runs.config import RunConfig
 from engram_eval.retrieval.settings import RetrievalSettings
 from dataclasses import fields
 tuned = RunConfig.from_yaml(sys.argv[1])

@@ -46,8 +46,8 @@ def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A good run of the tiny LongMemEval fixture; never modified by tests."""
-    from engram_eval import runner
-    from engram_eval.config import RunConfig
+    from engram_eval.runs import runner
+    from engram_eval.runs.config import RunConfig
 
     out = tmp_path_factory.mktemp("pristine") / "out.jsonl"
     runner.run(RunConfig(retriever="flat-bm25", progress=False), TINY_LONGMEMEVAL, out,
@@ -60,7 +60,7 @@ def result(pristine: Path, tmp_path: Path) -> Path:
     """A private copy of a good run (result, sidecar, summary) to tamper with."""
     import shutil
 
-    from engram_eval.provenance import sidecar_path, summary_path
+    from engram_eval.provenance.sidecar import sidecar_path, summary_path
 
     out = tmp_path / "out.jsonl"
     for src, dst in ((pristine, out), (sidecar_path(pristine), sidecar_path(out)),

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from engram_eval import cli
-from engram_eval.analyze import analyze_rows, classify
+from engram_eval.analysis.analyze import analyze_rows, classify
+from engram_eval.cli import main as cli
 from engram_eval.errors import DataError
 
 

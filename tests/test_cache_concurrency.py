@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engram_eval.cache import VectorCache
+from engram_eval.retrieval.cache import VectorCache
 
 N_KEYS = 600
 BATCH = 25

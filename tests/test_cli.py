@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engram_eval import cli
-from engram_eval.provenance import sidecar_path, summary_path
+from engram_eval.cli import main as cli
+from engram_eval.provenance.sidecar import sidecar_path, summary_path
 
 ROOT = Path(__file__).resolve().parents[1]
 LME = ROOT / "fixtures" / "longmemeval_tiny.json"

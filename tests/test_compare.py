@@ -10,8 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engram_eval import cli
-from engram_eval.compare import (
+from engram_eval.analysis.compare import (
     cluster_bootstrap_deltas,
     compare_runs,
     format_report,
@@ -20,6 +19,7 @@ from engram_eval.compare import (
     mcnemar_exact,
     sign_flip_test,
 )
+from engram_eval.cli import main as cli
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
 
 SHA = "a" * 64
@@ -261,7 +261,7 @@ def test_cli_writes_derived_sidecars(tmp_path: Path) -> None:
     out.parent.mkdir()
     assert cli.main(["compare", str(a), str(b), "--bootstrap", "20", "--output", str(out),
                      "--plot", str(png), "--plot-metrics", "recall_any@1"]) == 0
-    for f, gen in ((out, "engram_eval/compare.py"), (png, "engram_eval/plots.py")):
+    for f, gen in ((out, "engram_eval/analysis/compare.py"), (png, "engram_eval/analysis/plots.py")):
         meta = json.loads(Path(str(f) + ".metadata.json").read_text())
         assert meta["kind"] == "engram-eval/derived" and meta["file"] == f.name
         assert meta["sha256"] == hashlib.sha256(f.read_bytes()).hexdigest()
@@ -460,8 +460,8 @@ def test_cli_cluster_flag_reaches_compare_and_plot_label(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("matplotlib")
-    import engram_eval.compare as compare_mod
-    import engram_eval.plots as plots_mod
+    import engram_eval.analysis.compare as compare_mod
+    import engram_eval.analysis.plots as plots_mod
 
     seen: dict[str, Any] = {}
     real_compare, real_chart = compare_mod.compare_runs, plots_mod.delta_chart

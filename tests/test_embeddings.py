@@ -7,9 +7,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from engram_eval.cache import VectorCache
-from engram_eval.models import resolve_model
+from engram_eval.retrieval.cache import VectorCache
 from engram_eval.retrieval.embeddings import CachedEncoder, make_embedder
+from engram_eval.retrieval.models import resolve_model
 
 BACKENDS = ["sentence_transformers", "flag_embedding"]
 TEXTS = [
@@ -130,8 +130,8 @@ def test_both_backends_agree_on_the_bundled_mean_pooled_model() -> None:
     """all-MiniLM-L6-v2 declares mean pooling; FlagModel must not fall back to CLS."""
     import numpy as np
 
-    from engram_eval.models import resolve_model
     from engram_eval.retrieval.embeddings import make_embedder
+    from engram_eval.retrieval.models import resolve_model
 
     ref = resolve_model("all-MiniLM-L6-v2", "embedding")
     texts = ["the dog ran home", "a cat sat on the mat"]

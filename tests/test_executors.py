@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from engram_eval.config import RunConfig
 from engram_eval.errors import ConfigError
-from engram_eval.executors import LocalExecutor, make_executor, merge_stats
-from engram_eval.provenance import sidecar_path
-from engram_eval.runner import run
+from engram_eval.provenance.sidecar import sidecar_path
+from engram_eval.runs.config import RunConfig
+from engram_eval.runs.executors import LocalExecutor, make_executor, merge_stats
+from engram_eval.runs.runner import run
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "longmemeval_tiny.json"
 

@@ -1,4 +1,4 @@
-"""Frozen-source manifests and the held-out ledger (engram_eval.frozen)."""
+"""Frozen-source manifests and the held-out ledger (engram_eval.provenance.frozen)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from engram_eval import frozen as F
 from engram_eval.errors import ProvenanceError
+from engram_eval.provenance import frozen as F
 
 
 def _setup(tmp_path):

@@ -1,4 +1,4 @@
-"""`engram-eval run --frozen-source / --validate-only --freeze-source` (engram_eval.frozen)."""
+"""`engram-eval run --frozen-source / --validate-only --freeze-source` (engram_eval.provenance.frozen)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from engram_eval import cli
-from engram_eval import frozen as F
+from engram_eval.cli import main as cli
 from engram_eval.io import sha256_file
+from engram_eval.provenance import frozen as F
 
 TINY = Path(__file__).resolve().parents[1] / "fixtures" / "longmemeval_tiny.json"
 

@@ -38,7 +38,7 @@ def test_transformers_below_5_24() -> None:
 def test_package_import_is_light() -> None:
     code = (
         "import json, sys\n"
-        "import engram_eval, engram_eval.cli, engram_eval.runner\n"
+        "import engram_eval, engram_eval.cli.main, engram_eval.runs.runner\n"
         "import engram_eval.retrieval.hybrid, engram_eval.retrieval.base\n"
         f"print(json.dumps([m for m in {LAZY!r} if m in sys.modules]))\n"
     )

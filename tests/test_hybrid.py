@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from engram_eval.config import RunConfig
 from engram_eval.data.records import Question, Session, Turn
 from engram_eval.errors import ConfigError
 from engram_eval.retrieval import base
@@ -17,6 +16,7 @@ from engram_eval.retrieval.hybrid import (
 )
 from engram_eval.retrieval.passages import select_excerpt
 from engram_eval.retrieval.rerank import sigmoid
+from engram_eval.runs.config import RunConfig
 
 QUESTION_DATE = "2023/06/10 (Sat) 18:00"
 SIGNALS = ("dense", "bm25_user", "bm25_assistant")
@@ -462,9 +462,9 @@ def test_flag_embedding_backend_in_hybrid(base_config: RunConfig) -> None:
 
 def test_corpus_without_user_roles_uses_every_turn(tmp_path) -> None:
     """LoCoMo-style sessions (speaker names as roles) must still give lexical signal."""
-    from engram_eval.config import RunConfig
     from engram_eval.data.records import Question, Session, Turn
     from engram_eval.retrieval.hybrid import HybridRetriever
+    from engram_eval.runs.config import RunConfig
 
     def sess(sid: str, text: str) -> Session:
         return Session(sid, "1:56 pm on 8 May, 2023", (Turn("Caroline", text, 0),

@@ -1,4 +1,4 @@
-"""Unit tests for engram_eval.metrics: expected values written as formulas."""
+"""Unit tests for engram_eval.scoring.metrics: expected values written as formulas."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from itertools import combinations
 
 import pytest
 
-from engram_eval.metrics import (
+from engram_eval.scoring.metrics import (
     KS,
     hit,
     mean_metrics,

@@ -1,4 +1,4 @@
-"""Offline model resolution (engram_eval.models): local paths, the bundled MiniLM package,
+"""Offline model resolution (engram_eval.retrieval.models): local paths, the bundled MiniLM package,
 the Hugging Face cache, and the error that says how to provide a missing model."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engram_eval.errors import ModelUnavailableError
-from engram_eval.models import hash_model_dir, resolve_model
+from engram_eval.retrieval.models import hash_model_dir, resolve_model
 
 
 def _make_model_dir(d: Path) -> Path:

@@ -18,12 +18,12 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from engram_eval.config import RunConfig  # noqa: E402
 from engram_eval.data.records import Question, Session, Turn  # noqa: E402
 from engram_eval.errors import ConfigError  # noqa: E402
-from engram_eval.models import hash_model_dir, resolve_model  # noqa: E402
 from engram_eval.retrieval import onnx_export as ox  # noqa: E402
 from engram_eval.retrieval.embeddings import make_embedder  # noqa: E402
+from engram_eval.retrieval.models import hash_model_dir, resolve_model  # noqa: E402
+from engram_eval.runs.config import RunConfig  # noqa: E402
 
 FP32_MIN_COSINE = 1 - 1e-4
 INT8_MIN_COSINE = 0.9

@@ -128,9 +128,9 @@ def test_published_flat_bm25_matches_the_reference_pipeline(tmp_path: Path) -> N
     pytest.importorskip("rank_bm25")
     if not RUN.is_file():
         pytest.skip(f"published run not available: {RUN}")
-    from engram_eval import audit
-    from engram_eval import protocols as P
-    from engram_eval.datasets import load_questions
+    from engram_eval.data.datasets import load_questions
+    from engram_eval.runs import audit
+    from engram_eval.scoring import protocols as P
 
     with gzip.open(path, "rt", encoding="utf-8") as f:
         entries = json.load(f)

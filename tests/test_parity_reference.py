@@ -6,7 +6,7 @@ ids. Below is a small independent re-derivation in that style (index rankings, s
 over a relevance list, ``ndcg = dcg / idcg`` with 0 when the ideal is 0, and the turn→session
 ``effective_k`` widening with ids stripped of their last ``_`` component). Every case ranks
 the whole corpus and has its gold inside the corpus, which is the setting the reference runs
-in; there ``engram_eval.metrics`` must agree for every k in KS.
+in; there ``engram_eval.scoring.metrics`` must agree for every k in KS.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from engram_eval.metrics import KS, question_metrics, session_metrics_from_turns
+from engram_eval.scoring.metrics import KS, question_metrics, session_metrics_from_turns
 
 # ----------------------------------------------------------------------------- reference style
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from engram_eval import cli
-from engram_eval.metrics import question_metrics, random_baseline
-from engram_eval.plots import FigureLabels, curves_from_rows, delta_chart, recall_curves
+from engram_eval.analysis.plots import FigureLabels, curves_from_rows, delta_chart, recall_curves
+from engram_eval.cli import main as cli
+from engram_eval.scoring.metrics import question_metrics, random_baseline
 
 pytest.importorskip("matplotlib")
 

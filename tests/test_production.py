@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from engram_eval import frozen as F
 from engram_eval.errors import DataError, ProvenanceError
 from engram_eval.production.settings import SOURCE_MODULES, ProductionSettings
 from engram_eval.production.store import Memory, MemoryStore
+from engram_eval.provenance import frozen as F
 
 REPO = Path(__file__).resolve().parents[1]
 LONG = ("The meeting started late. " * 3 + "Attendees discussed the budget and the printer. "

@@ -1,4 +1,4 @@
-"""Tests for engram_eval.protocols: gold and skip rules, summaries, JSON shape, tables."""
+"""Tests for engram_eval.scoring.protocols: gold and skip rules, summaries, JSON shape, tables."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import math
 import pytest
 
 from engram_eval.data.records import Question, Session, Turn
-from engram_eval.metrics import KS, question_metrics
-from engram_eval.protocols import (
+from engram_eval.scoring.metrics import KS, question_metrics
+from engram_eval.scoring.protocols import (
     LONGMEMEVAL_PROTOCOLS,
     ProtocolSummary,
     entry_counts,

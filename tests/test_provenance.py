@@ -20,12 +20,14 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from engram_eval import cli, provenance, runner
-from engram_eval.config import RunConfig
+from engram_eval.cli import main as cli
 from engram_eval.errors import ProvenanceError
-from engram_eval.models import resolve_model
+from engram_eval.provenance import sidecar as provenance
 from engram_eval.retrieval.dummy import DummyRetriever
-from engram_eval.rows import strip_measurements
+from engram_eval.retrieval.models import resolve_model
+from engram_eval.runs import runner
+from engram_eval.runs.config import RunConfig
+from engram_eval.runs.rows import strip_measurements
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "longmemeval_tiny.json"
@@ -104,7 +106,7 @@ def test_fresh_run_writes_result_sidecar_and_summary(tmp_path: Path) -> None:
     assert meta["confidence_filter"] is False and meta["config"]["confidence_filter"] is False
     assert meta["selection"] == {"question_ids": [], "limit": None, "n": 12, "ids": ALL_IDS}
     assert "engram_eval/retrieval/dummy.py" in meta["sources"]
-    assert "engram_eval/metrics.py" in meta["sources"]
+    assert "engram_eval/scoring/metrics.py" in meta["sources"]
     assert meta["dataset"]["sha256"] == runner.sha256_file(FIXTURE)
     assert [r["mode"] for r in meta["runs"]] == ["fresh"]
 
@@ -181,14 +183,14 @@ def test_concurrent_fresh_runs_threads_exactly_one_wins(tmp_path: Path) -> None:
     assert [r["question_id"] for r in rows_of(out)] == ALL_IDS
     meta = load_json(side(out))
     assert len(meta["runs"]) == 1
-    from engram_eval.audit import verify
+    from engram_eval.runs.audit import verify
 
     assert verify(out, FIXTURE).ok
 
 
 def test_concurrent_fresh_runs_processes_exactly_one_wins(tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
-    cmd = [sys.executable, "-m", "engram_eval.cli", "run", str(FIXTURE), "--retriever", "dummy",
+    cmd = [sys.executable, "-m", "engram_eval.cli.main", "run", str(FIXTURE), "--retriever", "dummy",
            "--no-progress", "--output", str(out)]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
              for _ in range(3)]
@@ -239,7 +241,7 @@ def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path: Path, referenc
         "    time.sleep(0.15)\n"
         "    return orig(self, q)\n"
         "dummy.DummyRetriever.rank = slow\n"
-        "from engram_eval.cli import main\n"
+        "from engram_eval.cli.main import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     p = subprocess.Popen([sys.executable, "-c", script, "run", str(FIXTURE), "--retriever",
@@ -442,7 +444,7 @@ def test_resume_refuses_changed_source_file(tmp_path: Path, monkeypatch) -> None
     with pytest.raises(ProvenanceError) as e:
         do_run(out, resume=True)
     assert "sources.engram_eval/retrieval/dummy.py" in str(e.value)
-    assert "sources.engram_eval/metrics.py" not in str(e.value)
+    assert "sources.engram_eval/scoring/metrics.py" not in str(e.value)
     assert snapshot(out, side(out)) == before
 
 
@@ -453,11 +455,11 @@ def test_resume_refuses_changed_source_hashes(tmp_path: Path, monkeypatch) -> No
 
     def fake(modules):
         h = real(modules)
-        h["engram_eval/protocols.py"] = "0" * 64
+        h["engram_eval/scoring/protocols.py"] = "0" * 64
         return h
 
     monkeypatch.setattr(provenance, "source_hashes", fake)
-    with pytest.raises(ProvenanceError, match=r"sources\.engram_eval/protocols\.py"):
+    with pytest.raises(ProvenanceError, match=r"sources\.engram_eval/scoring/protocols\.py"):
         do_run(out, resume=True)
 
 

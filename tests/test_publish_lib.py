@@ -263,7 +263,7 @@ def test_ablation_table_shows_denominators_dataset_and_flip(
         assert f"## protocol `{proto}`: n = {s['n']}" in lme
         assert f"Denominator: {s['denominator']}." in lme
     # the flip is the package default's temporal step reversed
-    from engram_eval.config import RunConfig
+    from engram_eval.runs.config import RunConfig
 
     assert f"`temporal={json.dumps(not RunConfig().temporal)}`" in lme
     loc = (tiny_publications["publish_locomo.sh"] / "ABLATIONS.md").read_text()

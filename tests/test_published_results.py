@@ -59,7 +59,7 @@ def split_parts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The tuning/held-out parts of every published split, re-created with ``engram-eval
     split`` from the source data and the manifest's salt and fraction; each part's sha256
     must equal the published manifest's (the split is deterministic)."""
-    from engram_eval.split import split_dataset
+    from engram_eval.data.split import split_dataset
 
     parts: dict[str, Path] = {}
     for manifest in sorted(RESULTS_DIR.rglob("split_manifest.json")):

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from engram_eval.cache import VectorCache
-from engram_eval.models import resolve_model
+from engram_eval.retrieval.cache import VectorCache
+from engram_eval.retrieval.models import resolve_model
 from engram_eval.retrieval.rerank import CachedCrossEncoder, make_cross_encoder, sigmoid
 
 PAIRS = [

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from engram_eval import audit, cli, runner
-from engram_eval.config import RunConfig
+from engram_eval.cli import main as cli
 from engram_eval.errors import ConfigError, ProvenanceError
-from engram_eval.progress import Progress
-from engram_eval.provenance import sidecar_path, summary_path
-from engram_eval.rows import rows_sha256, scan_rows
-from engram_eval.summary import format_summary, summarize_rows
+from engram_eval.provenance.sidecar import sidecar_path, summary_path
+from engram_eval.runs import audit, runner
+from engram_eval.runs.config import RunConfig
+from engram_eval.runs.progress import Progress
+from engram_eval.runs.rows import rows_sha256, scan_rows
+from engram_eval.scoring.summary import format_summary, summarize_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "longmemeval_tiny.json"

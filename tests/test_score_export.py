@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from engram_eval import audit, cli
+from engram_eval.cli import main as cli
 from engram_eval.errors import DataError
-from engram_eval.provenance import summary_path
+from engram_eval.provenance.sidecar import summary_path
+from engram_eval.runs import audit
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "longmemeval_tiny.json"

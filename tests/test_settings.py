@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from engram_eval.config import RunConfig
 from engram_eval.errors import ConfigError
 from engram_eval.retrieval.settings import GROUPS, RetrievalSettings
+from engram_eval.runs.config import RunConfig
 
 # Field names (= YAML keys, = CLI flags with dashes) the landed RunConfig had; relied on.
 LANDED_FIELDS = """retriever dataset_format protocols limit question_ids use_dense embedding_backend
@@ -66,7 +66,7 @@ def test_yaml_loads_new_fusion_fields(tmp_path) -> None:  # type: ignore[no-unty
 
 def test_run_help_is_grouped_by_stage_and_hides_dummy_salt(
         capsys: pytest.CaptureFixture[str]) -> None:
-    from engram_eval.cli import build_parser
+    from engram_eval.cli.main import build_parser
 
     parser = build_parser()
     with pytest.raises(SystemExit):

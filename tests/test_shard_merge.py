@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from engram_eval import cli
-from engram_eval.audit import verify
-from engram_eval.config import RunConfig
+from engram_eval.cli import main as cli
 from engram_eval.errors import ConfigError, ProvenanceError
-from engram_eval.merge import merge
-from engram_eval.provenance import sidecar_path, summary_path
-from engram_eval.runner import run
-from engram_eval.shard import parse_shard, shard_of
+from engram_eval.provenance.sidecar import sidecar_path, summary_path
+from engram_eval.runs.audit import verify
+from engram_eval.runs.config import RunConfig
+from engram_eval.runs.merge import merge
+from engram_eval.runs.runner import run
+from engram_eval.runs.shard import parse_shard, shard_of
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "longmemeval_tiny.json"
 N = 3

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from engram_eval import cli
-from engram_eval.errors import ConfigError, DataError, ProvenanceError
-from engram_eval.split import (
+from engram_eval.cli import main as cli
+from engram_eval.data.split import (
     MANIFEST_NAME,
     choose_held_out,
     marker_path,
@@ -22,6 +21,7 @@ from engram_eval.split import (
     split_dataset,
     verify_split,
 )
+from engram_eval.errors import ConfigError, DataError, ProvenanceError
 
 ROOT = Path(__file__).resolve().parents[1]
 LME = ROOT / "fixtures" / "longmemeval_tiny.json"

@@ -1,4 +1,4 @@
-"""The runner streams LongMemEval files (engram_eval.datasets.open_source, two passes).
+"""The runner streams LongMemEval files (engram_eval.data.datasets.open_source, two passes).
 
 * rows are byte-identical (apart from the timing field) to the in-memory reference path,
   with the same sidecar fingerprint, for a whole run, a selection + shard, and a resume;
@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from engram_eval import datasets
-from engram_eval.config import RunConfig
+from engram_eval.data import datasets
+from engram_eval.data.datasets import open_source
 from engram_eval.data.longmemeval import load_longmemeval
-from engram_eval.datasets import open_source
 from engram_eval.errors import DataError, ProvenanceError
-from engram_eval.provenance import sidecar_path
-from engram_eval.runner import run
+from engram_eval.provenance.sidecar import sidecar_path
+from engram_eval.runs.config import RunConfig
+from engram_eval.runs.runner import run
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "longmemeval_tiny.json"
 TIMING = re.compile(rb', "timing": \{"seconds": [0-9.eE+-]+\}\}$')

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from engram_eval import cli
+from engram_eval.cli import main as cli
 from engram_eval.data.longmemeval import load_longmemeval
+from engram_eval.data.stress import make_stress, meta_path, parse_date
 from engram_eval.errors import DataError, ProvenanceError
 from engram_eval.io import sha256_file
-from engram_eval.stress import make_stress, meta_path, parse_date
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "longmemeval_tiny.json"
 TARGET = 20

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from engram_eval import cli
+from engram_eval.cli import main as cli
 from engram_eval.errors import DataError
-from engram_eval.metrics import question_metrics
-from engram_eval.trec import export_run, trec_export
+from engram_eval.runs.trec import export_run, trec_export
+from engram_eval.scoring.metrics import question_metrics
 
 KS = (1, 3, 5, 10)
 

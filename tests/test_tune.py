@@ -1,4 +1,4 @@
-"""engram-eval tune (engram_eval.tune): offline re-fusion, refusal, hand-checkable optimum."""
+"""engram-eval tune (engram_eval.analysis.tune): offline re-fusion, refusal, hand-checkable optimum."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 import yaml
 
-from engram_eval import cli, runner
-from engram_eval.config import RunConfig
+from engram_eval.analysis.tune import tune
+from engram_eval.cli import main as cli
 from engram_eval.errors import ConfigError, ProvenanceError
-from engram_eval.provenance import sidecar_path
+from engram_eval.provenance.sidecar import sidecar_path
 from engram_eval.retrieval import fusion as F
-from engram_eval.tune import tune
+from engram_eval.runs import runner
+from engram_eval.runs.config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "longmemeval_tiny.json"
@@ -160,14 +161,14 @@ def test_tune_finds_the_hand_checked_optimum(real_run: Path, tmp_path: Path,
 
 
 def test_example_grid_loads() -> None:
-    from engram_eval.tune import load_grid
+    from engram_eval.analysis.tune import load_grid
 
     g = load_grid(EXAMPLE_GRID)
     assert set(g["fusion"]) == {"rrf", "convex"} and "weights" in g
 
 
 def _load_grid(path: Path) -> object:
-    from engram_eval.tune import load_grid
+    from engram_eval.analysis.tune import load_grid
 
     return load_grid(path)
 

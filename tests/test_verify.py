@@ -1,4 +1,4 @@
-"""``engram_eval.audit.verify`` and ``engram-eval verify``: a good run passes, and every kind
+"""``engram_eval.runs.audit.verify`` and ``engram-eval verify``: a good run passes, and every kind
 of tampering is caught and named."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from engram_eval import audit, cli, runner
-from engram_eval.provenance import sidecar_path, summary_path
+from engram_eval.cli import main as cli
+from engram_eval.provenance.sidecar import sidecar_path, summary_path
+from engram_eval.runs import audit, runner
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "longmemeval_tiny.json"
@@ -75,7 +76,7 @@ def test_edited_row_with_consistent_metrics_is_caught_by_the_rows_hash(result: P
     i = next(n for n, sid in enumerate(ids) if sid in gold)
     j = len(ids) - 1
     ids[i], ids[j] = ids[j], ids[i]
-    from engram_eval import protocols as P
+    from engram_eval.scoring import protocols as P
 
     for p, g in row["gold"].items():
         if g is not None:
@@ -174,12 +175,12 @@ def test_changed_source(result: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
     def fake(modules):
         h = real(modules)
-        h["engram_eval/metrics.py"] = "e" * 64
+        h["engram_eval/scoring/metrics.py"] = "e" * 64
         return h
 
     monkeypatch.setattr(audit, "source_hashes", fake)
     rep = audit.verify(result, FIXTURE)
-    assert failed(rep) == {SOURCES: "differ: engram_eval/metrics.py (a run published at an "
+    assert failed(rep) == {SOURCES: "differ: engram_eval/scoring/metrics.py (a run published at an "
                            "earlier commit: --sources-at COMMIT)"}
 
 
@@ -196,7 +197,8 @@ def publishing_repo(result: Path, tmp_path: Path) -> Path:
     """A git repository whose first commit holds exactly the sources the run recorded."""
     import shutil
 
-    from engram_eval.provenance import package_root, read_sidecar
+    from engram_eval.io import package_root
+    from engram_eval.provenance.sidecar import read_sidecar
 
     repo = tmp_path / "repo"
     for rel in read_sidecar(result)["sources"]:
@@ -214,19 +216,19 @@ def test_sources_at_the_publishing_commit(result: Path, publishing_repo: Path) -
     assert rep.verified, rep.format()
     assert [n for n, _, _ in rep.checks][-1] == f"source hashes match git HEAD ({commit[:12]})"
     # later code changes: the installed-package view would go stale, the commit view does not
-    (publishing_repo / "engram_eval/metrics.py").write_text("# changed later\n")
+    (publishing_repo / "engram_eval/scoring/metrics.py").write_text("# changed later\n")
     _git(publishing_repo, "commit", "-q", "-am", "later change")
     later = _git(publishing_repo, "rev-parse", "HEAD")
     assert failed(audit.verify(result, FIXTURE, sources_at="HEAD", repo=publishing_repo)) == {
-        f"source hashes match git HEAD ({later[:12]})": "differ: engram_eval/metrics.py"}
+        f"source hashes match git HEAD ({later[:12]})": "differ: engram_eval/scoring/metrics.py"}
     assert audit.verify(result, FIXTURE, sources_at=commit[:10], repo=publishing_repo).verified
 
 
 def test_sources_at_a_commit_missing_a_file(result: Path, publishing_repo: Path) -> None:
-    _git(publishing_repo, "rm", "-q", "engram_eval/rows.py")
+    _git(publishing_repo, "rm", "-q", "engram_eval/runs/rows.py")
     _git(publishing_repo, "commit", "-q", "-m", "drop")
     bad = failed(audit.verify(result, FIXTURE, sources_at="HEAD", repo=publishing_repo))
-    assert list(bad.values()) == ["absent: engram_eval/rows.py"]
+    assert list(bad.values()) == ["absent: engram_eval/runs/rows.py"]
 
 
 @pytest.mark.parametrize("rev", ["no-such-revision", "HEAD~5"])

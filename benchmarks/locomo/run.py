@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from engram_eval.cli import main  # noqa: E402
+from engram_eval.cli.main import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(["run", "--dataset-format", "locomo", *sys.argv[1:]]))

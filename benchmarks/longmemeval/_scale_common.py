@@ -36,7 +36,7 @@ def provenance_header(script: str, datasets: dict[str, str], settings: dict[str,
     """Dataset hashes, settings, commit, and the sha256 of this script, the shared module
     and every package source a run hashes (core + hybrid retriever)."""
     from engram_eval.io import sha256_file
-    from engram_eval.provenance import CORE_SOURCES, package_versions, source_hashes
+    from engram_eval.provenance.sidecar import CORE_SOURCES, package_versions, source_hashes
     from engram_eval.retrieval.hybrid import SOURCE_MODULES
 
     return {
@@ -46,7 +46,7 @@ def provenance_header(script: str, datasets: dict[str, str], settings: dict[str,
                     for p in (HERE / "_scale_common.py", HERE / "speed.py")},
         "git_commit": git_commit(),
         "sources": source_hashes(list(CORE_SOURCES) + list(SOURCE_MODULES)
-                                 + ["engram_eval/stress.py"]),
+                                 + ["engram_eval/data/stress.py"]),
         "packages": package_versions(),
         "datasets": {name: {"path": os.path.abspath(p), "sha256": sha256_file(p),
                             "size": os.path.getsize(p)} for name, p in datasets.items()},

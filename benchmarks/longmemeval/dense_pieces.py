@@ -19,12 +19,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from engram_eval.config import RunConfig  # noqa: E402
 from engram_eval.io import exclusive_write, sha256_file  # noqa: E402
-from engram_eval.models import resolve_model  # noqa: E402
 from engram_eval.retrieval.dense import user_pieces, word_windows  # noqa: E402
 from engram_eval.retrieval.hybrid import token_counter  # noqa: E402
-from engram_eval.runner import load_questions  # noqa: E402
+from engram_eval.retrieval.models import resolve_model  # noqa: E402
+from engram_eval.runs.config import RunConfig  # noqa: E402
+from engram_eval.runs.runner import load_questions  # noqa: E402
 
 
 def main() -> int:

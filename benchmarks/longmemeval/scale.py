@@ -50,7 +50,7 @@ def main(path):
 """
 STREAM_WRITER = """
 def main(src, out, sessions, seed, limit):
-    from engram_eval.stress import make_stress
+    from engram_eval.data.stress import make_stress
     m = make_stress(src, out, sessions=int(sessions), seed=int(seed),
                     limit=None if limit == "all" else int(limit))
     return {"n_questions": m["n_questions"], "bytes": m["output"]["size"]}
@@ -147,7 +147,7 @@ def main() -> int:
     names = [r for r in args.retrievers.split(",") if r]
     scratch = Path(args.scratch or tempfile.mkdtemp(prefix="engram-scale-"))
     scratch.mkdir(parents=True, exist_ok=True)
-    from engram_eval.stress import make_stress
+    from engram_eval.data.stress import make_stress
 
     table: dict[str, Any] = {"benchmark": "scale on synthetic stress sets",
                              "source": Path(args.dataset).name, "questions": args.questions,

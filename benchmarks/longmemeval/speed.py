@@ -47,7 +47,7 @@ def _peak_rss():
 CHILD = PEAK_RSS + r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from engram_eval.cli import main
+from engram_eval.cli.main import main
 t = time.perf_counter()
 rc = main(sys.argv[3:])
 wall = time.perf_counter() - t
@@ -122,7 +122,7 @@ def main() -> int:
 
 
 def _same_rows(a: Path, b: Path) -> bool:
-    from engram_eval.rows import scan_rows, strip_measurements
+    from engram_eval.runs.rows import scan_rows, strip_measurements
 
     ra = [strip_measurements(r) for r in scan_rows(a).rows]
     rb = [strip_measurements(r) for r in scan_rows(b).rows]

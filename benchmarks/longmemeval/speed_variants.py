@@ -38,7 +38,7 @@ HEADLINE = ("recall_any@1", "recall_any@5", "recall_all@5", "ndcg_any@5")
 def _prepare(backend: str, precision: str, cache: Path, model: str) -> dict[str, Any] | None:
     if backend != "onnx":
         return None
-    from engram_eval.models import resolve_model
+    from engram_eval.retrieval.models import resolve_model
     from engram_eval.retrieval.onnx_export import export_onnx
 
     ref = export_onnx(resolve_model(model, "embedding"), precision, cache)
@@ -46,7 +46,7 @@ def _prepare(backend: str, precision: str, cache: Path, model: str) -> dict[str,
 
 
 def _paired(base: Path, other: Path) -> dict[str, Any]:
-    from engram_eval.compare import compare_runs, load_run
+    from engram_eval.analysis.compare import compare_runs, load_run
 
     rep = compare_runs(load_run(base), load_run(other), protocol="answerable", n_boot=2000)
     overall = rep["groups"]["overall"]

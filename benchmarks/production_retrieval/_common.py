@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def offline() -> None:
-    from engram_eval.cli import set_offline_env
+    from engram_eval.cli.main import set_offline_env
 
     set_offline_env()
 

@@ -42,14 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     _common.offline()
     from pathlib import Path
 
-    from engram_eval import protocols as P
+    from engram_eval.data.datasets import load_questions, resolve_format
     from engram_eval.data.records import has_chat_roles
-    from engram_eval.datasets import load_questions, resolve_format
     from engram_eval.errors import EngramEvalError
     from engram_eval.io import dump_json, exclusive_write, sha256_file
     from engram_eval.production.search import Engine, search_memories
     from engram_eval.production.store import Memory
     from engram_eval.retrieval.dense import user_pieces
+    from engram_eval.scoring import protocols as P
 
     out = Path(args.output)
     png = out.with_suffix(".png")
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise EngramEvalError(f"{f} already exists; refusing to overwrite")
         cache = None
         if not args.no_cache:
-            from engram_eval.cache import VectorCache, default_cache_dir
+            from engram_eval.retrieval.cache import VectorCache, default_cache_dir
 
             cache = VectorCache(args.cache_dir or default_cache_dir())
         engine = Engine(_common.settings_from(args), vector_cache=cache)

@@ -343,7 +343,7 @@ def make_session(session_id: str, date: str, turns: Sequence[Mapping[str, Any]])
 
 
 def _lacks_user_has_answer(question: Question) -> bool:
-    from engram_eval.protocols import has_user_evidence  # the one noans rule
+    from engram_eval.data.records import has_user_evidence  # the one noans rule
 
     by_id = {s.session_id: s for s in question.sessions}
     for sid in question.answer_session_ids:

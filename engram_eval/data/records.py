@@ -129,3 +129,10 @@ class QuestionSet:
 
     def __iter__(self) -> Iterator[Question]:
         return iter(self.questions)
+
+
+def has_user_evidence(session: Session) -> bool:
+    """True when a *user* turn of ``session`` carries ``has_answer`` (the LongMemEval
+    reference's test for a gold session; the one ``noans`` rule, used by the loader's report
+    and by :mod:`engram_eval.scoring.protocols`)."""
+    return any(t.role == "user" and t.has_answer for t in session.turns)

@@ -93,7 +93,7 @@ def check_calibration(cal: Calibration, embedding_sha256: str, settings: dict[st
             f"{cal.path}: calibration was fitted for embedding model files "
             f"{cal.embedding_sha256[:16]}…, this run uses {embedding_sha256[:16]}…; fit one with "
             "benchmarks/production_retrieval/calibrate.py and pass --calibration FILE")
-    from engram_eval.provenance import diff
+    from engram_eval.provenance.sidecar import diff
 
     # the model is compared by its files' hash above, not by the name or path it was given
     d = diff({k: v for k, v in cal.settings.items() if k != "embedding_model"},

@@ -9,7 +9,7 @@ Order of a run (``run_fixture``):
    settings -- no model is loaded). A held-out fixture refuses to run without
    ``frozen_source``; a given manifest must match (every difference named).
 4. Held-out fixtures: record the run in the ledger and take its label (``held-out
-   measurement`` or ``regression check``, :mod:`engram_eval.frozen`).
+   measurement`` or ``regression check``, :mod:`engram_eval.provenance.frozen`).
 5. Per case: a new store under ``work_dir``, ``add()`` the memories, close, reopen, search
    every query (``search`` never receives gold).
 6. Rebuild the manifest and fail if any source, model file, setting or the fixture changed
@@ -33,13 +33,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engram_eval import frozen as F
 from engram_eval.errors import ProvenanceError
 from engram_eval.io import exclusive_write, sha256_file
 from engram_eval.production.fixture import CaseView, FixtureView, GoldLookup, load_fixture
 from engram_eval.production.search import Engine, SearchResponse
 from engram_eval.production.settings import DEFAULT_CALIBRATION, SOURCE_MODULES
 from engram_eval.production.store import MemoryStore
+from engram_eval.provenance import frozen as F
 
 RUNNER = "production_retrieval"
 OUTPUT_KIND = "engram-eval/production-run"
@@ -225,6 +225,6 @@ def run_fixture(fixture: str | Path, output: str | Path, work_dir: str | Path, e
 
 
 def _environment() -> dict[str, Any]:
-    from engram_eval.provenance import environment, package_versions
+    from engram_eval.provenance.sidecar import environment, package_versions
 
     return {**environment(), "packages": package_versions(), "host": socket.gethostname()}

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from engram_eval.models import ModelRef, resolve_model
+from engram_eval.io import package_root
 from engram_eval.production.confidence import (
     Calibration,
     check_calibration,
@@ -40,6 +40,7 @@ from engram_eval.production.confidence import (
 )
 from engram_eval.production.settings import DEFAULT_CALIBRATION, ProductionSettings
 from engram_eval.production.store import Memory
+from engram_eval.retrieval.models import ModelRef, resolve_model
 
 
 @dataclass(frozen=True)
@@ -62,10 +63,6 @@ class SearchResponse:
     @property
     def ids(self) -> list[str]:
         return [r.id for r in self.results]
-
-
-def package_root() -> Path:
-    return Path(__file__).resolve().parent.parent.parent
 
 
 class Engine:

@@ -1,6 +1,6 @@
 """Production search settings, pinned here (independent of the benchmark defaults).
 
-The benchmark's :class:`~engram_eval.config.RunConfig` defaults are tuned for ranking recall
+The benchmark's :class:`~engram_eval.runs.config.RunConfig` defaults are tuned for ranking recall
 and may change; production confidence is calibrated for *these* settings, so they live in
 their own frozen dataclass. Changing any of them invalidates the packaged calibration
 (``calibration_v1.json`` records the settings it was fitted under and the check refuses a
@@ -17,9 +17,9 @@ from engram_eval.errors import ConfigError
 
 #: Files that can change a production result (hashed into manifests and outputs).
 SOURCE_MODULES = (
-    "engram_eval/frozen.py",
+    "engram_eval/provenance/frozen.py",
     "engram_eval/io.py",
-    "engram_eval/models.py",
+    "engram_eval/retrieval/models.py",
     "engram_eval/production/__init__.py",
     "engram_eval/production/settings.py",
     "engram_eval/production/store.py",

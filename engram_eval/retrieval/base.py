@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from engram_eval.config import RunConfig
     from engram_eval.data.records import Question, Session
-    from engram_eval.models import ModelRef
+    from engram_eval.retrieval.models import ModelRef
+    from engram_eval.runs.config import RunConfig
 
 
 @dataclass(frozen=True)

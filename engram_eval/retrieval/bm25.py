@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from engram_eval.data.records import Question, Session, has_chat_roles, user_document
-from engram_eval.models import ModelRef
 from engram_eval.retrieval.base import Ranking, ScoredSession
+from engram_eval.retrieval.models import ModelRef
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from engram_eval.data.records import Question, Session
-from engram_eval.models import ModelRef
 from engram_eval.retrieval.base import Ranking, ScoredSession, sort_scored
+from engram_eval.retrieval.models import ModelRef
 
 
 class DummyRetriever:

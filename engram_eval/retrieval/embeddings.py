@@ -9,7 +9,7 @@ dynamically quantised graph whose scheme is chosen for the CPU's instruction set
 libraries are imported on first use.
 
 :class:`CachedEncoder` encodes each distinct text once per process (memory) and across
-processes (the on-disk :class:`~engram_eval.cache.VectorCache`), and accounts the time
+processes (the on-disk :class:`~engram_eval.retrieval.cache.VectorCache`), and accounts the time
 spent inside the model so benchmarks can report inference vs everything else.
 """
 
@@ -22,8 +22,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from engram_eval.cache import VectorCache, content_key, library_versions
-from engram_eval.models import ModelRef
+from engram_eval.retrieval.cache import VectorCache, content_key, library_versions
+from engram_eval.retrieval.models import ModelRef
 
 
 def _import(module: str, package: str) -> Any:

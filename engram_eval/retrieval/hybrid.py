@@ -1,7 +1,7 @@
 """The hybrid retriever (DESIGN.md, "The retrieval pipeline").
 
 Built from :class:`~engram_eval.retrieval.settings.RetrievalSettings` (a
-:class:`~engram_eval.config.RunConfig` is one), kept as ``self.settings``; ``describe()`` is
+:class:`~engram_eval.runs.config.RunConfig` is one), kept as ``self.settings``; ``describe()`` is
 derived from them. Per question (one corpus per question, nothing shared but caches):
 
 1. Documents: per session its user text and its assistant text. A corpus without chat roles
@@ -62,7 +62,7 @@ fusion order), ``fusion`` (``method``, ``normalisation``, ``weights``, ``k``),
 ``feedback`` (``source``, ``sessions``, ``terms``) when a feedback signal is on.
 
 Without a rerank, ``final_score = fusion.temporal_scores(fused, temporal)`` and the order is
-:func:`.fusion.order` of it: :mod:`engram_eval.tune` relies on exactly this to re-fuse runs.
+:func:`.fusion.order` of it: :mod:`engram_eval.analysis.tune` relies on exactly this to re-fuse runs.
 """
 
 from __future__ import annotations
@@ -82,12 +82,12 @@ from engram_eval.data.records import (
     user_turns,
 )
 from engram_eval.errors import ConfigError
-from engram_eval.models import ModelRef, resolve_model
 from engram_eval.retrieval import fusion as F
 from engram_eval.retrieval.base import Ranking, ScoredSession
 from engram_eval.retrieval.bm25 import BM25Index, tokenize
 from engram_eval.retrieval.coverage import preserve_prior_leader
 from engram_eval.retrieval.dense import session_scores, user_pieces
+from engram_eval.retrieval.models import ModelRef, resolve_model
 from engram_eval.retrieval.settings import RetrievalSettings, describe_settings
 
 SOURCE_MODULES = [
@@ -104,7 +104,7 @@ SOURCE_MODULES = [
     "engram_eval/retrieval/rerank.py",
     "engram_eval/retrieval/passages.py",
     "engram_eval/retrieval/coverage.py",
-    "engram_eval/models.py",
+    "engram_eval/retrieval/models.py",
 ]
 
 
@@ -197,7 +197,7 @@ class HybridRetriever:
     # -- lazy resources ---------------------------------------------------------
     def _vector_cache(self) -> Any:
         if self._cache is None and self.settings.use_cache:
-            from engram_eval.cache import VectorCache, default_cache_dir
+            from engram_eval.retrieval.cache import VectorCache, default_cache_dir
 
             self._cache = VectorCache(self.settings.cache_dir or default_cache_dir())
         return self._cache

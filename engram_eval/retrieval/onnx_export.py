@@ -1,7 +1,7 @@
 """Offline ONNX export (and int8 dynamic quantisation) of a sentence-transformers model.
 
 The transformer of a local model directory (the bundled all-MiniLM-L6-v2, a path, a Hugging
-Face cache snapshot: whatever :func:`engram_eval.models.resolve_model` found) is exported
+Face cache snapshot: whatever :func:`engram_eval.retrieval.models.resolve_model` found) is exported
 with ``torch.onnx`` to a graph whose output is ``last_hidden_state``; pooling stays in
 :class:`~engram_eval.retrieval.embeddings.OnnxEmbedder`. Nothing is downloaded.
 
@@ -11,7 +11,7 @@ bytes (export code version, opset, torch/onnx/onnxruntime versions, quantisation
 Each directory holds ``model.onnx``, the source's ``tokenizer.json`` and a deterministic
 ``export.json``; it is created in a temporary directory and renamed into place, so readers
 never see half an export and concurrent exporters do not clash. The directory is hashed
-like any model directory and returned as a :class:`~engram_eval.models.ModelRef` (role
+like any model directory and returned as a :class:`~engram_eval.retrieval.models.ModelRef` (role
 ``embedding-onnx``), which a run records among its models (so it is in the fingerprint).
 
 int8 scheme, from the CPU's instruction set (``/proc/cpuinfo`` flags):
@@ -40,7 +40,7 @@ from typing import Any
 
 from engram_eval.errors import ConfigError, ModelUnavailableError
 from engram_eval.io import atomic_write
-from engram_eval.models import ModelRef, hash_model_dir
+from engram_eval.retrieval.models import ModelRef, hash_model_dir
 
 #: Bump when the export or quantisation code changes what is written.
 RECIPE_VERSION = 1
@@ -147,7 +147,7 @@ def recipe(precision: str, scheme: str | None) -> dict[str, Any]:
 
 def export_dir(source: ModelRef, precision: str, cache_root: str | Path | None = None,
                scheme: str | None = None) -> Path:
-    from engram_eval.cache import default_cache_dir
+    from engram_eval.retrieval.cache import default_cache_dir
 
     if precision == "int8" and scheme is None:
         scheme = int8_scheme()

@@ -4,7 +4,7 @@ Backends (``--reranker-backend``): ``sentence_transformers`` (``CrossEncoder``) 
 ``flag_embedding`` (``FlagReranker``). Both return the model's *raw* logit per
 (query, document) pair; :func:`sigmoid` turns it into the [0, 1] score used for ranking
 and for the passage-fallback floor (shared with production search). Models load from a
-local directory only (see :mod:`engram_eval.models`).
+local directory only (see :mod:`engram_eval.retrieval.models`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from engram_eval.cache import VectorCache, content_key, library_versions
-from engram_eval.models import ModelRef
+from engram_eval.retrieval.cache import VectorCache, content_key, library_versions
+from engram_eval.retrieval.models import ModelRef
 
 
 def sigmoid(x: float) -> float:

@@ -3,7 +3,7 @@
 :class:`RetrievalSettings` holds every setting that can change a ranking of the retrievers
 in :mod:`engram_eval.retrieval.hybrid` (plus the three runtime knobs they need: encoding
 batch size and the embedding cache). It is what a library user builds a retriever from, and
-:class:`engram_eval.config.RunConfig` inherits it, so the run configuration's retrieval part,
+:class:`engram_eval.runs.config.RunConfig` inherits it, so the run configuration's retrieval part,
 its YAML keys and its CLI flags are these fields, with these names.
 
 Validation runs in ``__post_init__`` (so ``RetrievalSettings(...)`` and

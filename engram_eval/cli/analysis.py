@@ -1,7 +1,7 @@
 """Command-line wiring of the analysis tools: ``split``, ``compare``, ``analyze``, ``plot``,
 ``trec``.
 
-Kept out of :mod:`engram_eval.cli` so that module only needs two small hooks
+Kept out of :mod:`engram_eval.cli.main` so that module only needs two small hooks
 (``add_parsers(sub)`` in ``build_parser`` and ``HANDLERS`` merged into its dispatch table).
 Heavy libraries (numpy, scipy, matplotlib) are imported inside the handlers.
 """
@@ -117,7 +117,7 @@ def denominator_label(run: Any, protocol: str) -> str:
     den = summ.get("denominator")
     if den is None:
         try:
-            from engram_eval.runner import DENOMINATORS
+            from engram_eval.runs.runner import DENOMINATORS
 
             den = DENOMINATORS.get(protocol)
         except ImportError:  # pragma: no cover - runner being reorganised
@@ -151,8 +151,7 @@ def write_derived_sidecar(out: str | os.PathLike[str], *, generators: list[str],
     """``<out>.metadata.json`` in the layout of scripts/derived_sidecars.py: the file's sha256,
     the generating module(s) and their sha256, the dataset, and the inputs (paths relative to
     the output's directory, with sha256 and, for runs, fingerprint and rows hash)."""
-    from engram_eval.io import dump_json, exclusive_write, sha256_file
-    from engram_eval.provenance import package_root
+    from engram_eval.io import dump_json, exclusive_write, package_root, sha256_file
 
     o = Path(out)
     inputs: list[dict[str, Any]] = []
@@ -177,7 +176,7 @@ def _run_dataset(run: Any) -> dict[str, Any]:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from engram_eval.compare import compare_runs, format_report, load_run
+    from engram_eval.analysis.compare import compare_runs, format_report, load_run
     from engram_eval.io import dump_json, exclusive_write
 
     _check_free(args, args.output, args.plot)
@@ -188,7 +187,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                        segment_by=args.segment_by, alpha=args.alpha, cluster=args.cluster)
     print(format_report(rep))
     if args.plot:
-        from engram_eval.plots import FigureLabels, delta_chart
+        from engram_eval.analysis.plots import FigureLabels, delta_chart
 
         conf = int(round(rep["settings"]["confidence"] * 100))
         labels = FigureLabels(
@@ -200,14 +199,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         delta_chart(rep, args.plot_metrics, labels, args.plot,
                     title=f"{b.retriever} vs {a.retriever}: delta (B - A) per question type")
         if not args.no_sidecar:
-            write_derived_sidecar(args.plot, generators=["engram_eval/plots.py",
-                                                         "engram_eval/compare.py"],
+            write_derived_sidecar(args.plot, generators=["engram_eval/analysis/plots.py",
+                                                         "engram_eval/analysis/compare.py"],
                                   dataset=_run_dataset(a), runs=[a, b])
         print(f"wrote {args.plot}")
     if args.output:
         exclusive_write(args.output, dump_json(rep))
         if not args.no_sidecar:
-            write_derived_sidecar(args.output, generators=["engram_eval/compare.py"],
+            write_derived_sidecar(args.output, generators=["engram_eval/analysis/compare.py"],
                                   dataset=_run_dataset(a), runs=[a, b])
         print(f"wrote {args.output}")
     return 0
@@ -234,9 +233,9 @@ def _default_protocol(run: Any) -> str:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from engram_eval.compare import load_run
-    from engram_eval.metrics import KS
-    from engram_eval.plots import FigureLabels, curves_from_rows, recall_curves
+    from engram_eval.analysis.compare import load_run
+    from engram_eval.analysis.plots import FigureLabels, curves_from_rows, recall_curves
+    from engram_eval.scoring.metrics import KS
 
     _check_free(args, args.output)
     run = load_run(args.run)
@@ -250,14 +249,14 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     recall_curves(curves, KS, labels, args.output,
                   title=f"{run.retriever}: recall@k per question type (dashed: random ranking)")
     if not args.no_sidecar:
-        write_derived_sidecar(args.output, generators=["engram_eval/plots.py"],
+        write_derived_sidecar(args.output, generators=["engram_eval/analysis/plots.py"],
                               dataset=_run_dataset(run), runs=[run])
     print(f"wrote {args.output}")
     return 0
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from engram_eval.analyze import analyze_run, format_report
+    from engram_eval.analysis.analyze import analyze_run, format_report
     from engram_eval.io import dump_json, exclusive_write
 
     _check_free(args, args.output)
@@ -267,7 +266,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         exclusive_write(args.output, dump_json(rep))
         if not args.no_sidecar:
             r = rep["run"]
-            write_derived_sidecar(args.output, generators=["engram_eval/analyze.py"],
+            write_derived_sidecar(args.output, generators=["engram_eval/analysis/analyze.py"],
                                   dataset={"name": r["dataset"], "sha256": r["dataset_sha256"]},
                                   files=[r["path"]])
         print(f"wrote {args.output}")
@@ -275,8 +274,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _cmd_trec(args: argparse.Namespace) -> int:
-    from engram_eval.compare import load_run
-    from engram_eval.trec import export_run
+    from engram_eval.analysis.compare import load_run
+    from engram_eval.runs.trec import export_run
 
     _check_free(args, args.trec_run, args.trec_qrels)
     out = export_run(args.run, run_out=args.trec_run, qrels_out=args.trec_qrels,
@@ -285,7 +284,7 @@ def _cmd_trec(args: argparse.Namespace) -> int:
     run = load_run(args.run) if not args.no_sidecar else None
     for path in (args.trec_run, args.trec_qrels):
         if path and run is not None:
-            write_derived_sidecar(path, generators=["engram_eval/trec.py"],
+            write_derived_sidecar(path, generators=["engram_eval/runs/trec.py"],
                                   dataset=_run_dataset(run), runs=[run])
     if args.trec_run:
         print(f"wrote {args.trec_run}")
@@ -295,13 +294,13 @@ def _cmd_trec(args: argparse.Namespace) -> int:
 
 
 def _cmd_split(args: argparse.Namespace) -> int:
-    from engram_eval.split import MANIFEST_NAME, split_dataset
+    from engram_eval.data.split import MANIFEST_NAME, split_dataset
 
     _check_free(args, os.path.join(args.output_dir, MANIFEST_NAME))
     out = split_dataset(args.dataset, holdout=args.holdout, salt=args.salt,
                         output_dir=args.output_dir, compress=args.compress)
     if not args.no_sidecar:
-        write_derived_sidecar(out.manifest_path, generators=["engram_eval/split.py"],
+        write_derived_sidecar(out.manifest_path, generators=["engram_eval/data/split.py"],
                               dataset={"name": out.manifest["source"]["name"],
                                        "sha256": out.manifest["source"]["sha256"]},
                               files=[args.dataset, *out.part_paths.values()])

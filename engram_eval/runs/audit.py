@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engram_eval import protocols as P
 from engram_eval.data._jsonio import open_text
-from engram_eval.datasets import default_protocols, load_questions
+from engram_eval.data.datasets import load_questions
 from engram_eval.errors import DataError, ProvenanceError
 from engram_eval.io import dump_json, exclusive_write, sha256_file
-from engram_eval.provenance import (
+from engram_eval.provenance.sidecar import (
     fingerprint_of,
     git_source_hashes,
     read_sidecar,
@@ -34,8 +33,10 @@ from engram_eval.provenance import (
     source_hashes,
     summary_path,
 )
-from engram_eval.rows import open_rows, order_rows, read_rows_bytes, scan_rows
-from engram_eval.summary import summarize_rows
+from engram_eval.runs.rows import open_rows, order_rows, read_rows_bytes, scan_rows
+from engram_eval.scoring import protocols as P
+from engram_eval.scoring.protocols import default_protocols
+from engram_eval.scoring.summary import summarize_rows
 
 OK, FAIL, NOT_CHECKED = "ok", "FAIL", "not checked"
 
@@ -382,8 +383,8 @@ def export_official_log(result: str | Path, out: str | Path, dataset: str | Path
     One JSON object per question (``_abs`` ones included, as the reference writes them), with
     ``retrieval_results.ranked_items[].corpus_id`` and ``metrics.session`` holding *every*
     metric (``recall_any@k``, ``recall_all@k``, ``ndcg_any@k`` for k in 1, 3, 5, 10, 30, 50)
-    computed with the reference rule (:func:`~engram_eval.metrics.reference_entry_metrics`
-    on :func:`~engram_eval.protocols.reference_gold`), also for questions with no gold (0, 1,
+    computed with the reference rule (:func:`~engram_eval.scoring.metrics.reference_entry_metrics`
+    on :func:`~engram_eval.scoring.protocols.reference_gold`), also for questions with no gold (0, 1,
     0). Ids follow the reference indexer: an answer session without a user ``has_answer``
     turn is relabelled ``answer`` -> ``noans``, and a session id listed ``n`` times in the
     haystack is listed ``n`` times (adjacent, same score). The printer's means over the

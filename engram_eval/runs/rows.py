@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engram_eval import protocols as P
 from engram_eval.data._jsonio import is_gzip, open_binary
 from engram_eval.data.records import Question
 from engram_eval.errors import ProvenanceError
+from engram_eval.scoring import protocols as P
 
 REQUIRED_FIELDS = ("question_id", "question_type", "ranked_session_ids", "scores", "metrics")
 #: Row fields that are measurements (may differ between identical runs).

@@ -10,7 +10,7 @@ versions, Python/platform/hardware, the full effective configuration and the sel
 
 * ``schema_version``, ``dataset.sha256`` and ``dataset.size``, ``dataset_format``;
 * ``retriever`` (the backend's effective settings) and ``config`` restricted to the
-  fields marked as defining (see :mod:`engram_eval.config`);
+  fields marked as defining (see :mod:`engram_eval.runs.config`);
 * ``protocols``, ``selection`` (``question_ids``, ``limit`` and the resulting ordered ids);
 * ``sources`` (relative path -> sha256), ``models`` (without their local paths),
   ``packages`` (versions).
@@ -37,23 +37,23 @@ from typing import Any
 
 from engram_eval.data._jsonio import load_schema
 from engram_eval.errors import ProvenanceError
-from engram_eval.io import canonical_json, exclusive_write, sha256_file, sha256_json
+from engram_eval.io import canonical_json, exclusive_write, package_root, sha256_file, sha256_json
 
 SCHEMA_VERSION = 1
 FINGERPRINT_FIELDS = ("schema_version", "dataset", "dataset_format", "retriever", "config",
                       "protocols", "selection", "sources", "models", "packages")
 #: Modules that can change a metric or a row, whatever the retriever.
 CORE_SOURCES = (
-    "engram_eval/metrics.py",
-    "engram_eval/protocols.py",
-    "engram_eval/runner.py",
-    "engram_eval/datasets.py",
-    "engram_eval/rows.py",
-    "engram_eval/summary.py",
-    "engram_eval/executors.py",
-    "engram_eval/shard.py",
-    "engram_eval/merge.py",
-    "engram_eval/config.py",
+    "engram_eval/scoring/metrics.py",
+    "engram_eval/scoring/protocols.py",
+    "engram_eval/runs/runner.py",
+    "engram_eval/data/datasets.py",
+    "engram_eval/runs/rows.py",
+    "engram_eval/scoring/summary.py",
+    "engram_eval/runs/executors.py",
+    "engram_eval/runs/shard.py",
+    "engram_eval/runs/merge.py",
+    "engram_eval/runs/config.py",
     "engram_eval/data/records.py",
     "engram_eval/data/_jsonio.py",
     "engram_eval/data/longmemeval.py",
@@ -61,11 +61,6 @@ CORE_SOURCES = (
 )
 PACKAGES = ("engram-eval", "torch", "sentence-transformers", "faiss-cpu", "FlagEmbedding",
             "rank-bm25", "numpy", "transformers", "tokenizers", "jsonschema")
-
-
-def package_root() -> Path:
-    """Directory that holds the ``engram_eval`` package (source paths are relative to it)."""
-    return Path(__file__).resolve().parent.parent
 
 
 def source_hashes(modules: Sequence[str], root: str | Path | None = None) -> dict[str, str]:

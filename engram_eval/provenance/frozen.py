@@ -55,7 +55,7 @@ def _now() -> str:
 
 def hash_sources(relpaths: Sequence[str], root: str | Path) -> dict[str, str]:
     """``relative path -> sha256`` for each file under ``root`` (sorted, deduplicated)."""
-    from engram_eval.provenance import source_hashes
+    from engram_eval.provenance.sidecar import source_hashes
 
     return source_hashes(relpaths, root)
 
@@ -73,11 +73,11 @@ def build_manifest(*, runner: str, input_path: str | Path, input_kind: str,
                    settings: Mapping[str, Any], packages: Mapping[str, Any] | None = None,
                    purpose: str = "") -> dict[str, Any]:
     """Assemble a manifest. ``sources`` is path -> sha256 (see :func:`hash_sources`);
-    ``models`` are :class:`~engram_eval.models.ModelRef` or their JSON (paths dropped);
+    ``models`` are :class:`~engram_eval.retrieval.models.ModelRef` or their JSON (paths dropped);
     ``settings`` the effective settings (JSON values); ``packages`` name -> version
-    (default: :func:`engram_eval.provenance.package_versions`)."""
+    (default: :func:`engram_eval.provenance.sidecar.package_versions`)."""
     if packages is None:
-        from engram_eval.provenance import package_versions
+        from engram_eval.provenance.sidecar import package_versions
 
         packages = package_versions()
     model_list = []
@@ -146,7 +146,7 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
 def differences(frozen: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """Every difference, named: ``source X``, ``model ROLE NAME file F``, ``setting S``,
     ``<kind> input``, ``package P``, ``runner``."""
-    from engram_eval.provenance import diff
+    from engram_eval.provenance.sidecar import diff
 
     out: list[str] = []
 
@@ -303,10 +303,10 @@ def benchmark_manifest(meta: Mapping[str, Any], dataset: str | Path) -> dict[str
 
 
 def heldout_marker(dataset: str | Path) -> dict[str, Any] | None:
-    """The split marker (``<file>.split.json``, :func:`engram_eval.split.part_marker`) when
+    """The split marker (``<file>.split.json``, :func:`engram_eval.data.split.part_marker`) when
     it says the dataset is the held-out part, else None."""
     try:
-        from engram_eval.split import part_marker
+        from engram_eval.data.split import part_marker
     except ImportError:  # pragma: no cover - split module absent
         mp = Path(str(dataset) + ".split.json")
         marker = json.loads(mp.read_text(encoding="utf-8")) if mp.exists() else None

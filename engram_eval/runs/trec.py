@@ -108,7 +108,7 @@ def export_run(path: str | Path, *, run_out: str | Path | None, qrels_out: str |
                protocol: str | None = None, tag: str | None = None,
                scores: str = "auto") -> TrecExport:
     """Read a result (plain or gzipped) and write its TREC run and/or qrels (exclusive)."""
-    from engram_eval.compare import load_run
+    from engram_eval.analysis.compare import load_run
     from engram_eval.io import exclusive_write
 
     if not run_out and not qrels_out:

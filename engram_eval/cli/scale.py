@@ -1,5 +1,5 @@
 """CLI subcommands for scale work: ``make-stress`` and ``merge`` (added to ``engram-eval``
-by :mod:`engram_eval.cli`)."""
+by :mod:`engram_eval.cli.main`)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def _cmd_make_stress(args: argparse.Namespace) -> int:
-    from engram_eval.stress import make_stress, meta_path
+    from engram_eval.data.stress import make_stress, meta_path
 
     meta = make_stress(args.source, args.output, sessions=args.sessions, seed=args.seed,
                        limit=args.limit,
@@ -41,8 +41,8 @@ def _cmd_make_stress(args: argparse.Namespace) -> int:
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
-    from engram_eval.merge import merge
-    from engram_eval.summary import format_summary
+    from engram_eval.runs.merge import merge
+    from engram_eval.scoring.summary import format_summary
 
     summary = merge(args.shards, args.output, command=sys.argv)
     print(f"merged {len(args.shards)} shard(s), {summary['n_questions']} questions, into "

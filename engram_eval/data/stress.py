@@ -264,7 +264,7 @@ def make_stress(source: str | Path, output: str | Path, *, sessions: int, seed: 
             p.unlink()
         os.rmdir(tmpdir)
 
-    from engram_eval.provenance import package_root
+    from engram_eval.io import package_root
 
     meta = {
         "kind": KIND,
@@ -288,8 +288,8 @@ def make_stress(source: str | Path, output: str | Path, *, sessions: int, seed: 
                               "turn) and the question's own haystack",
                   "dates": "uniform in the question's haystack date range",
                   "unchanged": ["answer_session_ids", "original sessions", "has_answer"]},
-        "generator": {"module": "engram_eval/stress.py",
-                      "sha256": sha256_file(package_root() / "engram_eval" / "stress.py")},
+        "generator": {"module": "engram_eval/data/stress.py",
+                      "sha256": sha256_file(package_root() / "engram_eval" / "data" / "stress.py")},
     }
     atomic_write(meta_path(out), dump_json(meta))
     if echo is not None and n_short:

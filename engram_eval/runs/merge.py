@@ -1,6 +1,6 @@
 """``engram-eval merge OUT_1 ... --output OUT``: join the shards of one run.
 
-Each input must be a finished shard of the same run (:mod:`engram_eval.shard`):
+Each input must be a finished shard of the same run (:mod:`engram_eval.runs.shard`):
 
 * its sidecar passes the schema and its fingerprint matches its recorded fields;
 * all inputs name the same shard count N and together hold every shard index 0..N-1
@@ -33,7 +33,7 @@ from typing import Any
 
 from engram_eval.errors import ProvenanceError
 from engram_eval.io import atomic_write, dump_json, exclusive_write, streaming_write
-from engram_eval.provenance import (
+from engram_eval.provenance.sidecar import (
     FINGERPRINT_FIELDS,
     _fingerprint_view,
     diff,
@@ -42,8 +42,8 @@ from engram_eval.provenance import (
     sidecar_path,
     summary_path,
 )
-from engram_eval.rows import order_rows, scan_rows
-from engram_eval.shard import shard_of, unsharded_selection
+from engram_eval.runs.rows import order_rows, scan_rows
+from engram_eval.runs.shard import shard_of, unsharded_selection
 
 
 def _row_line(row: dict[str, Any]) -> bytes:
@@ -64,7 +64,7 @@ def merged_metadata(meta: dict[str, Any]) -> dict[str, Any]:
 def merge(inputs: Sequence[str | Path], output: str | Path, *,
           command: Sequence[str] | None = None) -> dict[str, Any]:
     """Check and merge shard results (module docstring); returns the merged summary."""
-    from engram_eval.summary import build_summary
+    from engram_eval.scoring.summary import build_summary
 
     if not inputs:
         raise ProvenanceError("merge: give at least one shard result")

@@ -21,7 +21,7 @@ protocol                    n      rule
                                    recall_all 1, ndcg 0 (``evaluate_retrieval`` on an
                                    empty gold list); a session id repeated in the
                                    haystack takes one ranking position per entry
-                                   (:func:`~engram_eval.metrics.reference_entry_metrics`).
+                                   (:func:`~engram_eval.scoring.metrics.reference_entry_metrics`).
 ``official_nonempty_gold``  419    The same gold, questions with no gold skipped, one
                                    position per distinct session (what this package
                                    called ``official`` before it matched the printer).
@@ -46,8 +46,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engram_eval.data.records import Question, Session
-from engram_eval.metrics import KS, mean_metrics, question_metrics, reference_entry_metrics
+from engram_eval.data.records import Question, Session, has_user_evidence
+from engram_eval.errors import ConfigError
+from engram_eval.scoring.metrics import KS, mean_metrics, question_metrics, reference_entry_metrics
 
 __all__ = [
     "LONGMEMEVAL_PROTOCOLS",
@@ -75,11 +76,6 @@ PROTOCOLS: tuple[str, ...] = LONGMEMEVAL_PROTOCOLS + ("locomo",)
 
 def _dedupe(ids: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(ids))
-
-
-def has_user_evidence(session: Session) -> bool:
-    """True when a *user* turn of ``session`` carries ``has_answer`` (the reference's test)."""
-    return any(t.role == "user" and t.has_answer for t in session.turns)
 
 
 def reference_corpus_id(session: Session) -> str:
@@ -264,3 +260,16 @@ def format_table(summary: ProtocolSummary, metric_names: Sequence[str]) -> str:
         rest = [v.rjust(w) for v, w in zip(r[1:], widths[1:], strict=True)]
         lines.append("  ".join([first, *rest]).rstrip())
     return "\n".join(lines)
+
+
+def default_protocols(fmt: str) -> list[str]:
+    """The protocols a run of a ``fmt`` dataset (``longmemeval`` / ``locomo``) reports."""
+    return ["locomo"] if fmt == "locomo" else list(LONGMEMEVAL_PROTOCOLS)
+
+
+def check_protocols(fmt: str, protocols: Sequence[str]) -> None:
+    """A LoCoMo dataset is scored with ``locomo`` only, LongMemEval never with it."""
+    if fmt == "locomo" and any(p != "locomo" for p in protocols):
+        raise ConfigError("protocols: a LoCoMo dataset is scored with the 'locomo' protocol")
+    if fmt == "longmemeval" and "locomo" in protocols:
+        raise ConfigError("protocols: 'locomo' applies to LoCoMo datasets only")

@@ -368,7 +368,7 @@ def build_manifest(src: Path, source_sha: str, fmt: str, holdout: float, salt: s
                    "n_records": len(units), "n_questions": sum(all_types.values()),
                    "by_type": dict(sorted(all_types.items()))},
         "parts": out_parts,
-        "generator": {"module": "engram_eval/split.py",
+        "generator": {"module": "engram_eval/data/split.py",
                       "sha256": sha256_file(Path(__file__))},
     }
 

@@ -207,7 +207,7 @@ def sidecar_window(sidecar: Mapping[str, Any] | None) -> int | None:
 
 def analyze_run(path: str | Path, *, k: int = 5, protocol: str | None = None,
                 window: int | None = None) -> dict[str, Any]:
-    from engram_eval.compare import load_run
+    from engram_eval.analysis.compare import load_run
     from engram_eval.io import sha256_file
 
     run = load_run(path)
@@ -221,7 +221,7 @@ def analyze_run(path: str | Path, *, k: int = 5, protocol: str | None = None,
     rep["window_source"] = ("--window" if window is not None else
                             "sidecar rerank_candidates" if side is not None else
                             f"default {DEFAULT_WINDOW}")
-    rep["generator"] = {"module": "engram_eval/analyze.py", "sha256": sha256_file(Path(__file__))}
+    rep["generator"] = {"module": "engram_eval/analysis/analyze.py", "sha256": sha256_file(Path(__file__))}
     return rep
 
 

@@ -140,8 +140,8 @@ def rows_bytes(path: Path) -> bytes:
 
 def load_run(path: str | Path) -> Run:
     """Rows (through ``rows.scan_rows``) plus what the summary and sidecar say about them."""
-    from engram_eval.provenance import sidecar_path, summary_path
-    from engram_eval.rows import scan_rows
+    from engram_eval.provenance.sidecar import sidecar_path, summary_path
+    from engram_eval.runs.rows import scan_rows
 
     p = Path(path)
     if not p.exists():
@@ -495,7 +495,7 @@ def compare_runs(a: Run, b: Run, *, protocol: str = "answerable",
         "flips": flips,
         "segment_consistency": {"segments": [len(s) for s in segs], "by_metric": seg_out},
         "verdict": verdict,
-        "generator": {"module": "engram_eval/compare.py",
+        "generator": {"module": "engram_eval/analysis/compare.py",
                       "sha256": sha256_file(Path(__file__))},
     }
 

@@ -5,7 +5,7 @@ assignment depends on the id alone: not on file order, the machine, or which oth
 questions are selected. Sharding is applied after ``question_ids`` and ``limit``. A sharded
 run records in its sidecar's ``selection`` the shard (``index``, ``count``, ``rule``) and the
 ordered ids of the whole (unsharded) selection, ``all_ids``; everything else in the sidecar
-is what the unsharded run would record, so :mod:`engram_eval.merge` can rebuild the
+is what the unsharded run would record, so :mod:`engram_eval.runs.merge` can rebuild the
 unsharded selection and check that every shard defines the same run.
 """
 
@@ -76,7 +76,7 @@ def apply_to_metadata(meta: dict[str, Any], all_ids: Sequence[str],
     """Record the shard in a freshly built sidecar and recompute its fingerprint."""
     if shard is None:
         return meta
-    from engram_eval.provenance import fingerprint_of
+    from engram_eval.provenance.sidecar import fingerprint_of
 
     meta["selection"] = shard_selection(meta["selection"], all_ids, shard)
     meta["fingerprint"] = fingerprint_of(meta)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError
-from engram_eval.protocols import LONGMEMEVAL_PROTOCOLS
 from engram_eval.retrieval.settings import GROUPS, RetrievalSettings, _f
+from engram_eval.scoring.protocols import LONGMEMEVAL_PROTOCOLS
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class RunConfig(RetrievalSettings):
                         fingerprint=False)
     dummy_salt: str = _f("", "salt of the dummy retriever (tests)", group="runtime",
                          hidden=True)
-    # scale (engram_eval.shard, engram_eval.executors)
+    # scale (engram_eval.runs.shard, engram_eval.runs.executors)
     trace_sessions: int = _f(0, "per-session traces kept in each row, in rank order (0: all; "
                              "the ranking and every score are always complete; tune and "
                              "analyze need all)", group="selection", lo=0)
@@ -69,7 +69,7 @@ class RunConfig(RetrievalSettings):
         for p in self.protocols:
             if p not in (*LONGMEMEVAL_PROTOCOLS, "locomo"):
                 raise ConfigError(f"config field protocols: unknown protocol {p!r}")
-        from engram_eval.shard import parse_shard
+        from engram_eval.runs.shard import parse_shard
 
         parse_shard(self.shard)  # I/N, 0 <= I < N
 

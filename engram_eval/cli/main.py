@@ -24,7 +24,7 @@ def set_offline_env() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engram_eval.config import add_arguments
+    from engram_eval.runs.config import add_arguments
 
     parser = argparse.ArgumentParser(prog="engram-eval", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -72,16 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compress", help="gzip a finished result (RESULT.gz, sidecar and "
                        "summary renamed with it), verify it, then remove the uncompressed files")
     c.add_argument("result")
-    from engram_eval.analysis_cli import add_parsers as add_analysis_parsers
+    from engram_eval.cli.analysis import add_parsers as add_analysis_parsers
 
     add_analysis_parsers(sub)  # split, compare, analyze, plot, trec
-    from engram_eval.scale_cli import add_parsers as add_scale_parsers
+    from engram_eval.cli.scale import add_parsers as add_scale_parsers
 
     add_scale_parsers(sub)  # make-stress, merge
     tn = sub.add_parser("tune", help="choose fusion/temporal settings offline from a run's "
                         "traces (no re-encoding)")
     tn.add_argument("run", help="result JSONL(.gz) of a hybrid run that traced its signals")
-    tn.add_argument("--grid", required=True, help="grid YAML (see engram_eval.tune.load_grid)")
+    tn.add_argument("--grid", required=True, help="grid YAML (see engram_eval.analysis.tune.load_grid)")
     tn.add_argument("--output", required=True, help="config YAML to write (must not exist); "
                     "the report goes to OUTPUT.tuning.json")
     tn.add_argument("--objective", default=None, help="comma-separated metrics averaged "
@@ -94,8 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from engram_eval.config import config_from_args
-    from engram_eval.runner import format_summary, run
+    from engram_eval.runs.config import config_from_args
+    from engram_eval.runs.runner import format_summary, run
 
     config = config_from_args(args)
     if config.threads:
@@ -123,9 +123,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from engram_eval.audit import verify
-    from engram_eval.provenance import summary_path
-    from engram_eval.runner import format_summary, read_json
+    from engram_eval.provenance.sidecar import summary_path
+    from engram_eval.runs.audit import verify
+    from engram_eval.runs.runner import format_summary, read_json
 
     rep = verify(args.result, args.dataset, sources_at=args.sources_at)
     sp = summary_path(args.result)
@@ -139,8 +139,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
-    from engram_eval.audit import score_rankings, side_by_side, write_json_new
-    from engram_eval.runner import TABLE_METRICS, format_summary
+    from engram_eval.runs.audit import score_rankings, side_by_side, write_json_new
+    from engram_eval.runs.runner import TABLE_METRICS, format_summary
 
     summary, counts = score_rankings(args.rankings, args.dataset, args.protocols,
                                      strict=args.strict)
@@ -154,7 +154,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from engram_eval.audit import export_official_log, export_public
+    from engram_eval.runs.audit import export_official_log, export_public
 
     if not args.public and not args.official_log:
         raise EngramEvalError("export: give --public PATH and/or --official-log PATH")
@@ -169,7 +169,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from engram_eval.tune import DEFAULT_OBJECTIVE, tune
+    from engram_eval.analysis.tune import DEFAULT_OBJECTIVE, tune
 
     objective = args.objective.split(",") if args.objective else list(DEFAULT_OBJECTIVE)
     res = tune(args.run, args.grid, args.output, objective=objective, protocol=args.protocol,
@@ -186,7 +186,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _cmd_compress(args: argparse.Namespace) -> int:
-    from engram_eval.audit import compress_result
+    from engram_eval.runs.audit import compress_result
 
     dst = compress_result(args.result)
     print(f"wrote {dst} (verified); removed {args.result} and its sidecar and summary")
@@ -201,10 +201,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     set_offline_env()
     handlers = {"run": _cmd_run, "verify": _cmd_verify, "score": _cmd_score,
                 "export": _cmd_export, "compress": _cmd_compress, "tune": _cmd_tune}
-    from engram_eval.analysis_cli import HANDLERS as analysis_handlers
+    from engram_eval.cli.analysis import HANDLERS as analysis_handlers
 
     handlers.update(analysis_handlers)
-    from engram_eval.scale_cli import HANDLERS as scale_handlers
+    from engram_eval.cli.scale import HANDLERS as scale_handlers
 
     handlers.update(scale_handlers)
     try:

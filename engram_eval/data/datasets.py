@@ -35,7 +35,6 @@ from typing import Any, cast
 from engram_eval.data._jsonio import open_text
 from engram_eval.data.records import Question
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
-from engram_eval.protocols import LONGMEMEVAL_PROTOCOLS
 
 FORMATS = ("longmemeval", "locomo")
 #: Stream LongMemEval files in the runner (False: load them whole, the reference path).
@@ -69,18 +68,6 @@ def load_questions(path: str | Path, fmt: str = "auto") -> tuple[str, tuple[Ques
     from engram_eval.data.longmemeval import load_longmemeval
 
     return fmt, tuple(load_longmemeval(path).questions)
-
-
-def default_protocols(fmt: str) -> list[str]:
-    return ["locomo"] if fmt == "locomo" else list(LONGMEMEVAL_PROTOCOLS)
-
-
-def check_protocols(fmt: str, protocols: Sequence[str]) -> None:
-    """A LoCoMo dataset is scored with ``locomo`` only, LongMemEval never with it."""
-    if fmt == "locomo" and any(p != "locomo" for p in protocols):
-        raise ConfigError("protocols: a LoCoMo dataset is scored with the 'locomo' protocol")
-    if fmt == "longmemeval" and "locomo" in protocols:
-        raise ConfigError("protocols: 'locomo' applies to LoCoMo datasets only")
 
 
 def select_ids(ids: Sequence[str], config: Any, path: str | Path) -> list[str]:

@@ -171,7 +171,7 @@ def curves_from_rows(rows: Sequence[Mapping[str, Any]], protocol: str,
     """Mean recall_any@k / recall_all@k per group from the rows' stored metrics, and the random
     baseline of each question's pool (``metrics.random_baseline(n_gold_in_pool, pool, k)``,
     the formula the run summary's ``random_baseline`` averages), averaged the same way."""
-    from engram_eval.metrics import KS, random_baseline
+    from engram_eval.scoring.metrics import KS, random_baseline
 
     ks = list(ks or KS)
     per_group: dict[str, list[dict[str, float]]] = {"overall": []}

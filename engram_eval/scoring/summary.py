@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engram_eval import protocols as P
-from engram_eval.metrics import KS, mean_metrics, random_baseline
+from engram_eval.scoring import protocols as P
+from engram_eval.scoring.metrics import KS, mean_metrics, random_baseline
 
 TABLE_METRICS = ("recall_any@1", "recall_any@3", "recall_any@5", "recall_any@10",
                  "recall_all@5", "recall_all@10", "ndcg_any@5", "ndcg_any@10")

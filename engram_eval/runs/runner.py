@@ -4,14 +4,14 @@
 its model files without loading them, so a bad ``--retriever`` or a missing reranker fails
 before the dataset is parsed), validates and indexes the dataset (a LongMemEval file is
 streamed: a first pass checks every record and keeps only ids and types, see
-:mod:`engram_eval.datasets`), hashes it, assembles the provenance sidecar, then either claims a
+:mod:`engram_eval.data.datasets`), hashes it, assembles the provenance sidecar, then either claims a
 fresh output or verifies a resume, ranks every selected question that has no row yet — fed
 one at a time from a second streamed pass, so memory does not grow with the file — appends
 one row per question in selection order, and finally writes ``<output>.summary.json`` from
 the rows on disk.
 
-Loading lives in :mod:`engram_eval.datasets`, rows in :mod:`engram_eval.rows`, summaries and
-tables in :mod:`engram_eval.summary`, progress in :mod:`engram_eval.progress`; the names
+Loading lives in :mod:`engram_eval.data.datasets`, rows in :mod:`engram_eval.runs.rows`, summaries and
+tables in :mod:`engram_eval.scoring.summary`, progress in :mod:`engram_eval.runs.progress`; the names
 other code imports from here (``run``, ``format_summary``, ``TABLE_METRICS``, ``read_json``,
 ``load_questions`` …) are re-exported.
 """
@@ -26,12 +26,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engram_eval.config import RunConfig
 from engram_eval.data._jsonio import read_json
-from engram_eval.datasets import (
+from engram_eval.data.datasets import (
     QuestionSource,
-    check_protocols,
-    default_protocols,
     detect_format,
     load_questions,
     open_source,
@@ -40,10 +37,8 @@ from engram_eval.datasets import (
     select_ids,
 )
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
-from engram_eval.executors import make_executor
 from engram_eval.io import atomic_write, dump_json, sha256_file
-from engram_eval.progress import Progress
-from engram_eval.provenance import (
+from engram_eval.provenance.sidecar import (
     build_metadata,
     claim_output,
     compare_for_resume,
@@ -52,7 +47,10 @@ from engram_eval.provenance import (
     sidecar_path,
     summary_path,
 )
-from engram_eval.rows import (
+from engram_eval.runs.config import RunConfig
+from engram_eval.runs.executors import make_executor
+from engram_eval.runs.progress import Progress
+from engram_eval.runs.rows import (
     OutputLock,
     RowWriter,
     is_compressed,
@@ -61,8 +59,9 @@ from engram_eval.rows import (
     scan_rows,
     truncate_torn_tail,
 )
-from engram_eval.shard import apply_shard, apply_to_metadata, parse_shard
-from engram_eval.summary import (
+from engram_eval.runs.shard import apply_shard, apply_to_metadata, parse_shard
+from engram_eval.scoring.protocols import check_protocols, default_protocols
+from engram_eval.scoring.summary import (
     DENOMINATORS,
     TABLE_METRICS,
     build_summary,
@@ -134,8 +133,8 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
                           protocols=protocols, selected_ids=ids)
     source.check_unchanged()  # the hashed bytes are the validated ones
     meta = apply_to_metadata(meta, all_ids, parse_shard(config.shard))
-    # Frozen-source checks (engram_eval.frozen), before any model is loaded.
-    from engram_eval.frozen import benchmark_gate
+    # Frozen-source checks (engram_eval.provenance.frozen), before any model is loaded.
+    from engram_eval.provenance.frozen import benchmark_gate
 
     if not (resume or validate_only) and output.exists():
         raise ProvenanceError(f"{output} already exists; refusing to overwrite (use --resume "

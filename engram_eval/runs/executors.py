@@ -39,7 +39,7 @@ def compute_row(retriever: Any, question: Question, protocols: Sequence[str],
                 trace_sessions: int = 0) -> dict[str, Any]:
     """Rank one question and build its row (``trace_sessions`` > 0 keeps only that many
     per-session traces, in rank order; the ranking and every score stay)."""
-    from engram_eval.rows import make_row
+    from engram_eval.runs.rows import make_row
 
     t0 = time.perf_counter()
     retriever.index(question.sessions)
@@ -117,7 +117,7 @@ class _Worker:
         self.trace_sessions = trace_sessions
 
     def identity(self) -> dict[str, Any]:
-        from engram_eval.provenance import CORE_SOURCES, source_hashes
+        from engram_eval.provenance.sidecar import CORE_SOURCES, source_hashes
 
         sources = list(CORE_SOURCES) + list(self.retriever.source_modules())
         return {"sources": source_hashes(sources),

@@ -17,7 +17,7 @@ per-session signal scores stored in its traces (the trace contract of
    of the objective go to the earliest candidate.
 3. **Objective.** The mean over the protocol's scored questions of the mean of the objective
    metrics (default ``recall_any@1, recall_all@5, ndcg_any@5`` under ``answerable``),
-   computed with the package's own metric functions (:mod:`engram_eval.metrics`) against
+   computed with the package's own metric functions (:mod:`engram_eval.scoring.metrics`) against
    the gold stored in the rows. ``official`` is refused (it counts repeated haystack entries,
    which rows do not carry).
 4. **Estimate.** Beside the in-sample score of the chosen candidate, a ``folds``-fold
@@ -44,11 +44,11 @@ from typing import Any
 
 import numpy as np
 
-from engram_eval import metrics as M
-from engram_eval.config import read_yaml_mapping
 from engram_eval.errors import ConfigError, ProvenanceError
 from engram_eval.retrieval import fusion as F
 from engram_eval.retrieval.settings import SIGNALS, RetrievalSettings
+from engram_eval.runs.config import read_yaml_mapping
+from engram_eval.scoring import metrics as M
 
 DEFAULT_OBJECTIVE = ("recall_any@1", "recall_all@5", "ndcg_any@5")
 DEFAULT_PROTOCOL = "answerable"
@@ -411,8 +411,8 @@ def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
          objective: Sequence[str] = DEFAULT_OBJECTIVE, protocol: str = DEFAULT_PROTOCOL,
          folds: int = 5, seed: int = 0) -> TuneResult:
     """See the module docstring."""
-    from engram_eval.provenance import read_sidecar
-    from engram_eval.rows import scan_rows
+    from engram_eval.provenance.sidecar import read_sidecar
+    from engram_eval.runs.rows import scan_rows
 
     t0 = time.perf_counter()
     out = Path(output)
@@ -514,7 +514,7 @@ def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
                     "sha256": (meta.get("dataset") or {}).get("sha256")},
         "protocol": protocol, "n_questions": len(questions),
         "objective": {"metrics": objective, "rule": "mean over questions of the mean of "
-                      "these metrics (engram_eval.metrics)"},
+                      "these metrics (engram_eval.scoring.metrics)"},
         "grid": grid, "n_candidates": len(cands), "signals": signals,
         "run_settings": own.to_json(), "run_settings_score": own_score,
         "chosen": chosen.to_json(), "in_sample_score": float(means[best]),
