@@ -24,44 +24,27 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engram_eval.io import exclusive_write, sha256_file  # noqa: E402
+from engram_eval.provenance.sources import file_generator  # noqa: E402
 from engram_eval.runs.rows import rows_sha256  # noqa: E402
 
-#: derived file -> (generator, glob patterns of its inputs in the same directory)
-GENERATORS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "ABLATIONS.md": ("scripts/ablation_table.py",
-                     ("*.jsonl.summary.json", "*.jsonl.gz.summary.json")),
-    "MISSES_hybrid_default.md": ("scripts/misses.py",
-                                 ("hybrid_default.jsonl", "hybrid_default.jsonl.gz")),
-    "dense_pieces.json": ("benchmarks/longmemeval/dense_pieces.py", ()),
-    "speed_variants_full.json": ("benchmarks/longmemeval/speed_variants.py", ()),
-    "scale.json": ("benchmarks/longmemeval/scale.py", ()),
-    "scale.png": ("benchmarks/longmemeval/scale.py", ()),
+#: derived file -> glob patterns of its inputs in the same directory (none: not derived from
+#: the runs here). Its generator: engram_eval.provenance.sources.FILE_GENERATORS.
+INPUTS: dict[str, tuple[str, ...]] = {
+    "ABLATIONS.md": ("*.jsonl.summary.json", "*.jsonl.gz.summary.json"),
+    "MISSES_hybrid_default.md": ("hybrid_default.jsonl", "hybrid_default.jsonl.gz"),
     # results/longmemeval_s_dev_split (scripts/publish_tuning.sh)
-    "tuned.yaml": ("engram_eval/analysis/tune.py", ("tuning_run.jsonl.gz",)),
-    "tuned.yaml.tuning.json": ("engram_eval/analysis/tune.py", ("tuning_run.jsonl.gz",)),
-    # results/production (scripts/publish_production.sh)
-    "calibration_v1.report.json": ("benchmarks/production_retrieval/calibrate.py", ()),
-    "calibration_v1.report.png": ("benchmarks/production_retrieval/calibrate.py", ()),
-    "abstention_longmemeval_s_dev.json": ("benchmarks/production_retrieval/abstention_sweep.py",
-                                          ()),
-    "abstention_longmemeval_s_dev.png": ("benchmarks/production_retrieval/abstention_sweep.py",
-                                         ()),
-    "abstention_locomo10.json": ("benchmarks/production_retrieval/abstention_sweep.py", ()),
-    "abstention_locomo10.png": ("benchmarks/production_retrieval/abstention_sweep.py", ()),
-}
-#: Frozen manifests (``*.frozen.json``) are written by engram_eval/provenance/frozen.py.
-SUFFIX_GENERATORS: dict[str, tuple[str, tuple[str, ...]]] = {
-    ".frozen.json": ("engram_eval/provenance/frozen.py", ()),
+    "tuned.yaml": ("tuning_run.jsonl.gz",),
+    "tuned.yaml.tuning.json": ("tuning_run.jsonl.gz",),
 }
 
 
 def generator_of(name: str) -> tuple[str, tuple[str, ...]] | None:
-    if name in GENERATORS:
-        return GENERATORS[name]
-    for suffix, gen in SUFFIX_GENERATORS.items():
-        if name.endswith(suffix):
-            return gen
-    return None
+    """(generator, input patterns) of a derived file name, None when nothing generates it
+    (:func:`engram_eval.provenance.sources.file_generator`)."""
+    gen = file_generator(name)
+    return None if gen is None else (gen, INPUTS.get(name, ()))
+
+
 RUN_SUFFIXES = (".jsonl", ".jsonl.gz")
 
 
@@ -140,7 +123,8 @@ def main(directory: str) -> int:
             print(f"kept {side} (it matches the file)")
             continue
         if generator_of(p.name) is None:
-            print(f"unknown derived file {p}; add its generator to GENERATORS", file=sys.stderr)
+            print(f"unknown derived file {p}; add its generator to FILE_GENERATORS in "
+                  "engram_eval/provenance/sources.py", file=sys.stderr)
             return 1
         todo.append(p)
     for p in todo:

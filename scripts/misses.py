@@ -6,7 +6,7 @@ recall_any@5 and recall_all@5, and for every recall_any@5 miss the rank of its b
 session overall and under each signal recorded in the trace (dense, user BM25, assistant
 BM25, and any other signal the run traced), plus whether the question had a resolved time
 window. Reads plain or gzip-compressed results (``X.jsonl`` / ``X.jsonl.gz``) through
-``engram_eval.runs.rows.scan_rows``; the protocol defaults to the run's first (``answerable`` for
+``engram_eval.runs.reader.read_run``; the protocol defaults to the run's first (``answerable`` for
 LongMemEval, ``locomo`` for LoCoMo).
 
     python scripts/misses.py results/longmemeval_s_dev/hybrid_default.jsonl.gz \
@@ -23,8 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engram_eval.io import exclusive_write  # noqa: E402
-from engram_eval.provenance.sidecar import read_sidecar  # noqa: E402
-from engram_eval.runs.rows import scan_rows  # noqa: E402
+from engram_eval.runs.reader import read_run  # noqa: E402
 
 SIGNALS = ("dense_rank", "bm25_user_rank", "bm25_assistant_rank")
 
@@ -50,8 +49,8 @@ def report(args: argparse.Namespace, lines: list[str]) -> int:
     def emit(s: str = "") -> None:
         lines.append(s)
 
-    meta = read_sidecar(args.result)
-    rows = scan_rows(args.result, allowed_ids=meta["selection"]["ids"]).rows
+    run = read_run(args.result, within_selection=True)
+    meta, rows = run.metadata, run.rows
     if args.protocol is None:
         args.protocol = meta["protocols"][0]
     signals = list(SIGNALS) + sorted(

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 
 from engram_eval.io import sha256_file
-from engram_eval.runs.audit import FAIL, SOURCES_INSTALLED, verify
 from engram_eval.runs.rows import is_compressed, scan_rows
+from engram_eval.runs.verify import FAIL, SOURCES_INSTALLED, verify
 
 #: The installed-package source check, allowed to fail only when the commit that published a
 #: run cannot be found (no git, a shallow clone, a file not yet committed): a later code change

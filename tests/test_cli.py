@@ -163,26 +163,32 @@ def test_selections_are_recorded_and_change_the_fingerprint(tmp_path: Path) -> N
 
 
 # -- LoCoMo -----------------------------------------------------------------------------------
-def test_locomo_script_reports_the_locomo_protocol(tmp_path: Path) -> None:
+def test_locomo_script_reports_the_locomo_protocols(tmp_path: Path) -> None:
     out = tmp_path / "loc.jsonl"
     p = script(LOCOMO_SCRIPT, LOCOMO, "--retriever", "flat-bm25", "--output", out,
                "--no-progress", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
+    # locomo_tiny: 12 items, 2 without gold, 2 of category 5 (both with gold)
     assert re.findall(r"^protocol=(\w+)  n=(\d+)  skipped=(\d+)$", p.stdout, re.M) == \
-        [("locomo", "10", "2")]
+        [("locomo", "10", "2"), ("locomo_no_adversarial", "8", "4")]
     meta = meta_of(out)
-    assert meta["dataset_format"] == "locomo" and meta["protocols"] == ["locomo"]
+    assert meta["dataset_format"] == "locomo"
+    assert meta["protocols"] == ["locomo", "locomo_no_adversarial"]
     assert meta["config"]["dataset_format"] == "locomo"
     s = json.loads(summary_path(out).read_text(encoding="utf-8"))
-    assert list(s["protocols"]) == ["locomo"]
+    assert list(s["protocols"]) == ["locomo", "locomo_no_adversarial"]
     assert set(s["protocols"]["locomo"]["by_type"]) == {"1", "2", "4", "5"}
+    assert set(s["protocols"]["locomo_no_adversarial"]["by_type"]) == {"1", "2", "4"}
 
 
 def test_locomo_with_dummy_autodetected(tmp_path: Path) -> None:
     out = tmp_path / "loc.jsonl"
     assert run_main(LOCOMO, "--retriever", "dummy", "--output", out) == 0
     meta = meta_of(out)
-    assert meta["dataset_format"] == "locomo" and meta["protocols"] == ["locomo"]
+    assert meta["dataset_format"] == "locomo"
+    assert meta["protocols"] == ["locomo", "locomo_no_adversarial"]
     rows = [json.loads(x) for x in out.read_text().splitlines()]
-    assert len(rows) == 12 and all(set(r["metrics"]) == {"locomo"} for r in rows)
+    assert len(rows) == 12
+    assert all(set(r["metrics"]) == {"locomo", "locomo_no_adversarial"} for r in rows)
     assert sum(r["metrics"]["locomo"] is None for r in rows) == 2
+    assert sum(r["metrics"]["locomo_no_adversarial"] is None for r in rows) == 4

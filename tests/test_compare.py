@@ -15,12 +15,12 @@ from engram_eval.analysis.compare import (
     compare_runs,
     format_report,
     is_binary_metric,
-    load_run,
     mcnemar_exact,
     sign_flip_test,
 )
 from engram_eval.cli import main as cli
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
+from engram_eval.runs.reader import read_run
 
 SHA = "a" * 64
 
@@ -63,8 +63,8 @@ def test_mcnemar_matches_hand_computed_p(tmp_path: Path) -> None:
     # 1 lost (1 -> 0), 6 gained (0 -> 1), 3 ties: n = 7 discordant
     a = [1, 0, 0, 0, 0, 0, 0, 1, 1, 0]
     b = [0, 1, 1, 1, 1, 1, 1, 1, 1, 0]
-    ra = load_run(write_run(tmp_path / "a.jsonl", binary(a)))
-    rb = load_run(write_run(tmp_path / "b.jsonl", binary(b)))
+    ra = read_run(write_run(tmp_path / "a.jsonl", binary(a)))
+    rb = read_run(write_run(tmp_path / "b.jsonl", binary(b)))
     rep = compare_runs(ra, rb, n_boot=200)
     e = rep["groups"]["overall"]["metrics"]["recall_any@1"]
     n, lo = 7, 1
@@ -98,9 +98,9 @@ def test_bootstrap_interval_reproduced_with_fixed_seed(tmp_path: Path) -> None:
     a_vals = rng.random(n).round(3)
     b_vals = rng.random(n).round(3)
     types = ["x" if i % 3 else "y" for i in range(n)]
-    ra = load_run(write_run(tmp_path / "a.jsonl", [{"ndcg_any@5": float(v)} for v in a_vals],
+    ra = read_run(write_run(tmp_path / "a.jsonl", [{"ndcg_any@5": float(v)} for v in a_vals],
                             types=types))
-    rb = load_run(write_run(tmp_path / "b.jsonl", [{"ndcg_any@5": float(v)} for v in b_vals],
+    rb = read_run(write_run(tmp_path / "b.jsonl", [{"ndcg_any@5": float(v)} for v in b_vals],
                             types=types))
     rep = compare_runs(ra, rb, n_boot=500, seed=7)
     rep2 = compare_runs(ra, rb, n_boot=500, seed=7)
@@ -124,8 +124,8 @@ def test_bootstrap_interval_reproduced_with_fixed_seed(tmp_path: Path) -> None:
 
 
 def test_constant_difference_gives_a_point_interval(tmp_path: Path) -> None:
-    ra = load_run(write_run(tmp_path / "a.jsonl", [{"mrr": 0.25}] * 8))
-    rb = load_run(write_run(tmp_path / "b.jsonl", [{"mrr": 0.5}] * 8))
+    ra = read_run(write_run(tmp_path / "a.jsonl", [{"mrr": 0.25}] * 8))
+    rb = read_run(write_run(tmp_path / "b.jsonl", [{"mrr": 0.5}] * 8))
     e = compare_runs(ra, rb, n_boot=100)["groups"]["overall"]["metrics"]["mrr"]
     assert e["ci"] == pytest.approx([0.25, 0.25])
     assert e["significant"] is True
@@ -137,8 +137,8 @@ def test_segment_consistency_flags_a_gain_that_flips(tmp_path: Path) -> None:
     # order segments of 4: gains +3, +3, then a segment that loses 1 -> overall > 0, not robust
     a = [0, 0, 0, 0] + [0, 0, 0, 0] + [1, 0, 0, 0]
     b = [1, 1, 1, 0] + [1, 1, 1, 0] + [0, 0, 0, 0]
-    ra = load_run(write_run(tmp_path / "a.jsonl", binary(a)))
-    rb = load_run(write_run(tmp_path / "b.jsonl", binary(b)))
+    ra = read_run(write_run(tmp_path / "a.jsonl", binary(a)))
+    rb = read_run(write_run(tmp_path / "b.jsonl", binary(b)))
     rep = compare_runs(ra, rb, n_boot=50, segments=3, segment_by="order")
     s = rep["segment_consistency"]["by_metric"]["recall_any@1"]
     assert s["deltas"] == pytest.approx([0.75, 0.75, -0.25])
@@ -155,11 +155,11 @@ def test_segment_consistency_flags_a_gain_that_flips(tmp_path: Path) -> None:
 
 
 def test_refuses_different_datasets(tmp_path: Path) -> None:
-    ra = load_run(write_run(tmp_path / "a.jsonl", binary([1, 0])))
-    rb = load_run(write_run(tmp_path / "b.jsonl", binary([1, 1]), sha="b" * 64))
+    ra = read_run(write_run(tmp_path / "a.jsonl", binary([1, 0])))
+    rb = read_run(write_run(tmp_path / "b.jsonl", binary([1, 1]), sha="b" * 64))
     with pytest.raises(ProvenanceError, match="different datasets"):
         compare_runs(ra, rb)
-    rc = load_run(write_run(tmp_path / "c.jsonl", binary([1, 1]), summary=False))
+    rc = read_run(write_run(tmp_path / "c.jsonl", binary([1, 1]), summary=False))
     with pytest.raises(ProvenanceError, match="sha256"):
         compare_runs(ra, rc)
 
@@ -168,37 +168,37 @@ def test_dataset_hash_from_sidecar_and_disagreement(tmp_path: Path) -> None:
     p = write_run(tmp_path / "a.jsonl", binary([1, 0]), summary=False)
     Path(str(p) + ".metadata.json").write_text(json.dumps(
         {"dataset": {"name": "d.json", "sha256": SHA}, "fingerprint": "f"}))
-    assert load_run(p).dataset_sha256 == SHA
+    assert read_run(p).dataset_sha256 == SHA
     Path(str(p) + ".summary.json").write_text(json.dumps({"dataset_sha256": "c" * 64}))
     with pytest.raises(ProvenanceError, match="summary and sidecar"):
-        load_run(p)
+        read_run(p)
 
 
 def test_refuses_different_question_sets_and_gold(tmp_path: Path) -> None:
-    ra = load_run(write_run(tmp_path / "a.jsonl", binary([1, 0, 1])))
-    rb = load_run(write_run(tmp_path / "b.jsonl", binary([1, 0, 1]), ids=["q00", "q01", "zz"]))
+    ra = read_run(write_run(tmp_path / "a.jsonl", binary([1, 0, 1])))
+    rb = read_run(write_run(tmp_path / "b.jsonl", binary([1, 0, 1]), ids=["q00", "q01", "zz"]))
     with pytest.raises(ProvenanceError, match="different question sets"):
         compare_runs(ra, rb)
-    rc = load_run(write_run(tmp_path / "c.jsonl", binary([1, 0]), ids=["q00", "q01"]))
+    rc = read_run(write_run(tmp_path / "c.jsonl", binary([1, 0]), ids=["q00", "q01"]))
     with pytest.raises(ProvenanceError, match="different question sets"):
         compare_runs(ra, rc)
-    rd = load_run(write_run(tmp_path / "d.jsonl", binary([1, 0, 1]),
+    rd = read_run(write_run(tmp_path / "d.jsonl", binary([1, 0, 1]),
                             gold=[["s1"], ["s2"], ["s1"]]))
     with pytest.raises(ProvenanceError, match="gold"):
         compare_runs(ra, rd)
 
 
 def test_non_binary_value_for_a_binary_metric_is_an_error(tmp_path: Path) -> None:
-    ra = load_run(write_run(tmp_path / "a.jsonl", [{"hit@1": 0.5}, {"hit@1": 1.0}]))
-    rb = load_run(write_run(tmp_path / "b.jsonl", [{"hit@1": 1.0}, {"hit@1": 1.0}]))
+    ra = read_run(write_run(tmp_path / "a.jsonl", [{"hit@1": 0.5}, {"hit@1": 1.0}]))
+    rb = read_run(write_run(tmp_path / "b.jsonl", [{"hit@1": 1.0}, {"hit@1": 1.0}]))
     with pytest.raises(DataError, match="binary metric"):
         compare_runs(ra, rb)
 
 
 def test_per_type_groups(tmp_path: Path) -> None:
     types = ["x", "y", "x", "y"]
-    ra = load_run(write_run(tmp_path / "a.jsonl", binary([0, 0, 1, 1]), types=types))
-    rb = load_run(write_run(tmp_path / "b.jsonl", binary([1, 0, 1, 0]), types=types))
+    ra = read_run(write_run(tmp_path / "a.jsonl", binary([0, 0, 1, 1]), types=types))
+    rb = read_run(write_run(tmp_path / "b.jsonl", binary([1, 0, 1, 0]), types=types))
     g = compare_runs(ra, rb, n_boot=50)["groups"]
     assert list(g) == ["overall", "x", "y"]
     assert g["x"]["n"] == 2 and g["x"]["metrics"]["recall_any@1"]["delta"] == pytest.approx(0.5)
@@ -239,14 +239,14 @@ def test_gzipped_rows_and_summary_rows_hash(tmp_path: Path) -> None:
     gz.write_bytes(gzip.compress(raw))
     Path(str(gz) + ".summary.json").write_text(json.dumps(
         {"dataset_sha256": SHA, "rows_sha256": hashlib.sha256(raw).hexdigest()}))
-    run = load_run(gz)
+    run = read_run(gz)
     assert run.rows_sha256 == hashlib.sha256(raw).hexdigest()
-    rep = compare_runs(load_run(p), run, n_boot=10)
+    rep = compare_runs(read_run(p), run, n_boot=10)
     assert rep["groups"]["overall"]["metrics"]["recall_any@1"]["delta"] == 0.0
     Path(str(gz) + ".summary.json").write_text(json.dumps(
         {"dataset_sha256": SHA, "rows_sha256": "0" * 64}))
     with pytest.raises(ProvenanceError, match="rows_sha256"):
-        load_run(gz)
+        read_run(gz)
 
 
 def test_cli_writes_derived_sidecars(tmp_path: Path) -> None:
@@ -297,8 +297,8 @@ def clustered_pair(tmp_path: Path) -> tuple[Any, Any, list[str]]:
     ids = ["c1:q0", "c1:q1", "c1:q2", "c1:q3", "c2:q0", "c2:q1", "c3:q0", "c3:q1", "c3:q2"]
     a = [0, 0, 0, 1, 0, 1, 0, 0, 0]
     b = [1, 1, 1, 1, 1, 1, 1, 1, 0]
-    ra = load_run(write_run(tmp_path / "a.jsonl", binary(a), ids=ids))
-    rb = load_run(write_run(tmp_path / "b.jsonl", binary(b), ids=ids))
+    ra = read_run(write_run(tmp_path / "a.jsonl", binary(a), ids=ids))
+    rb = read_run(write_run(tmp_path / "b.jsonl", binary(b), ids=ids))
     return ra, rb, ids
 
 
@@ -351,9 +351,9 @@ def test_cluster_bootstrap_reproduced_with_fixed_seed(tmp_path: Path) -> None:
     types = ["x", "y", "x", "x", "y", "x", "y", "x", "y", "x", "y", "x", "x"]
     a_vals = rng.random(len(ids)).round(3)
     b_vals = rng.random(len(ids)).round(3)
-    ra = load_run(write_run(tmp_path / "a.jsonl", [{"ndcg_any@5": float(v)} for v in a_vals],
+    ra = read_run(write_run(tmp_path / "a.jsonl", [{"ndcg_any@5": float(v)} for v in a_vals],
                             ids=ids, types=types))
-    rb = load_run(write_run(tmp_path / "b.jsonl", [{"ndcg_any@5": float(v)} for v in b_vals],
+    rb = read_run(write_run(tmp_path / "b.jsonl", [{"ndcg_any@5": float(v)} for v in b_vals],
                             ids=ids, types=types))
     n_boot, seed = 400, 11
     rep = compare_runs(ra, rb, n_boot=n_boot, seed=seed, cluster="id-prefix")
@@ -401,8 +401,8 @@ def test_question_mode_report_unchanged(tmp_path: Path) -> None:
 
 def test_cluster_refusals(tmp_path: Path) -> None:
     ids = ["c1:q0", "lonely", "c2:q0"]
-    ra = load_run(write_run(tmp_path / "a.jsonl", binary([0, 1, 0]), ids=ids))
-    rb = load_run(write_run(tmp_path / "b.jsonl", binary([1, 1, 0]), ids=ids))
+    ra = read_run(write_run(tmp_path / "a.jsonl", binary([0, 1, 0]), ids=ids))
+    rb = read_run(write_run(tmp_path / "b.jsonl", binary([1, 1, 0]), ids=ids))
     with pytest.raises(ConfigError, match="'lonely'"):
         compare_runs(ra, rb, n_boot=10, cluster="id-prefix")
     assert compare_runs(ra, rb, n_boot=10)["n"] == 3  # question mode needs no prefix
@@ -419,8 +419,8 @@ def test_cluster_monte_carlo_above_16_clusters(tmp_path: Path) -> None:
         ids += [f"conv-{g}:q0", f"conv-{g}:q1"]
         a += [0 if sg > 0 else 1 if sg < 0 else 0, 0]
         b += [1 if sg > 0 else 0 if sg < 0 else 0, 0]
-    ra = load_run(write_run(tmp_path / "a.jsonl", binary(a), ids=ids))
-    rb = load_run(write_run(tmp_path / "b.jsonl", binary(b), ids=ids))
+    ra = read_run(write_run(tmp_path / "a.jsonl", binary(a), ids=ids))
+    rb = read_run(write_run(tmp_path / "b.jsonl", binary(b), ids=ids))
     rep = compare_runs(ra, rb, n_boot=50, seed=seed, cluster="id-prefix")
     ct = rep["groups"]["overall"]["metrics"]["recall_any@1"]["cluster_test"]
     S = np.array(s_want, dtype=float)
@@ -433,7 +433,7 @@ def test_cluster_monte_carlo_above_16_clusters(tmp_path: Path) -> None:
     assert ct["p"] == pytest.approx(sign_flip_p(s_want[:15]), abs=0.01)
     assert "(Monte-Carlo)" in format_report(rep)
     # 16 clusters: still exact
-    rep16 = compare_runs(*(load_run(write_run(tmp_path / f"{x}16.jsonl", binary(v[:32]),
+    rep16 = compare_runs(*(read_run(write_run(tmp_path / f"{x}16.jsonl", binary(v[:32]),
                                               ids=ids[:32])) for x, v in (("a", a), ("b", b))),
                          n_boot=50, cluster="id-prefix")
     ct16 = rep16["groups"]["overall"]["metrics"]["recall_any@1"]["cluster_test"]
@@ -445,8 +445,8 @@ def test_cluster_sums_all_zero_give_p_one(tmp_path: Path) -> None:
     # every cluster has one gain and one loss: d != 0 per question but every S_g = 0
     for G in (3, 17):
         ids = [f"c{g}:{q}" for g in range(G) for q in ("a", "b")]
-        ra = load_run(write_run(tmp_path / f"a{G}.jsonl", binary([1, 0] * G), ids=ids))
-        rb = load_run(write_run(tmp_path / f"b{G}.jsonl", binary([0, 1] * G), ids=ids))
+        ra = read_run(write_run(tmp_path / f"a{G}.jsonl", binary([1, 0] * G), ids=ids))
+        rb = read_run(write_run(tmp_path / f"b{G}.jsonl", binary([0, 1] * G), ids=ids))
         rep = compare_runs(ra, rb, n_boot=30, cluster="id-prefix")
         e = rep["groups"]["overall"]["metrics"]["recall_any@1"]
         assert e["cluster_test"]["p"] == 1.0 and e["significant"] is False

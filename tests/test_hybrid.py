@@ -12,9 +12,9 @@ from engram_eval.retrieval.hybrid import (
     make_bm25_only,
     make_dense_only,
     make_hybrid,
-    rerank_document,
 )
 from engram_eval.retrieval.passages import select_excerpt
+from engram_eval.retrieval.pipeline import rerank_document
 from engram_eval.retrieval.rerank import sigmoid
 from engram_eval.runs.config import RunConfig
 

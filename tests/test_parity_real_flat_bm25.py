@@ -129,7 +129,7 @@ def test_published_flat_bm25_matches_the_reference_pipeline(tmp_path: Path) -> N
     if not RUN.is_file():
         pytest.skip(f"published run not available: {RUN}")
     from engram_eval.data.datasets import load_questions
-    from engram_eval.runs import audit
+    from engram_eval.runs.export import export_official_log
     from engram_eval.scoring import protocols as P
 
     with gzip.open(path, "rt", encoding="utf-8") as f:
@@ -188,7 +188,7 @@ def test_published_flat_bm25_matches_the_reference_pipeline(tmp_path: Path) -> N
 
     # The exported reference-layout log, read the way print_retrieval_metrics.py reads it.
     log = tmp_path / "official.jsonl"
-    audit.export_official_log(RUN, log, path)
+    export_official_log(RUN, log, path)
     data = [json.loads(x) for x in log.read_text(encoding="utf-8").splitlines()]
     data = [x for x in data if "_abs" not in x["question_id"]]
     assert len(data) == REFERENCE_N

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from engram_eval.errors import DataError, ProvenanceError
-from engram_eval.production.settings import SOURCE_MODULES, ProductionSettings
+from engram_eval.production.runner import SOURCES
+from engram_eval.production.settings import ProductionSettings
 from engram_eval.production.store import Memory, MemoryStore
 from engram_eval.provenance import frozen as F
 
@@ -82,7 +83,7 @@ def source_root(tmp_path):
     """A copy of the production sources (the hashed files) to change without touching the
     working tree."""
     root = tmp_path / "src"
-    for rel in SOURCE_MODULES:
+    for rel in SOURCES:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, root / rel)
     return root

@@ -5,17 +5,25 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 from engram_eval.data.records import Question, Session, Turn
+from engram_eval.errors import ConfigError
+from engram_eval.runs.config import RunConfig
 from engram_eval.scoring.metrics import KS, question_metrics
 from engram_eval.scoring.protocols import (
+    LOCOMO_PROTOCOLS,
     LONGMEMEVAL_PROTOCOLS,
+    PROTOCOLS,
     ProtocolSummary,
+    check_protocols,
+    default_protocols,
     entry_counts,
     format_table,
     gold_for,
+    is_adversarial,
     reference_corpus_id,
     reference_gold,
     score_question,
@@ -372,3 +380,122 @@ def test_loader_records_repeated_entries(tmp_path) -> None:
     assert entry_counts(q) == {"s1": 2}
     row = score_question(q, ["s1", "answer_1"], "official", ks=(2,))
     assert row is not None and row["recall_any@2"] == 0.0
+
+
+# -- LoCoMo: locomo (every scored item) and locomo_no_adversarial (category 5 left out) ------
+LOCOMO_TINY = Path(__file__).resolve().parents[1] / "fixtures" / "locomo_tiny.json"
+
+
+def _tiny_locomo():
+    from engram_eval.data.locomo import load_locomo
+
+    return load_locomo(LOCOMO_TINY)
+
+
+def _category(q: Question) -> int:
+    return int(str(q.get_extra("category")))
+
+
+def test_locomo_protocol_names_and_defaults() -> None:
+    assert LOCOMO_PROTOCOLS == ("locomo", "locomo_no_adversarial")
+    assert PROTOCOLS == LONGMEMEVAL_PROTOCOLS + LOCOMO_PROTOCOLS
+    assert default_protocols("locomo") == ["locomo", "locomo_no_adversarial"]
+    assert default_protocols("longmemeval") == list(LONGMEMEVAL_PROTOCOLS)
+    check_protocols("locomo", ["locomo"])  # what LoCoMo runs published before it record
+    check_protocols("locomo", ["locomo_no_adversarial"])
+    for fmt, protos in (("locomo", ["locomo", "answerable"]),
+                        ("longmemeval", ["answerable", "locomo_no_adversarial"]),
+                        ("longmemeval", ["locomo"])):
+        with pytest.raises(ConfigError, match="protocols"):
+            check_protocols(fmt, protos)
+    with pytest.raises(ConfigError, match="unknown protocol"):
+        RunConfig(protocols=["locomo_no_adversaria"])
+    assert RunConfig(protocols=["locomo_no_adversarial"]).protocols == ["locomo_no_adversarial"]
+
+
+def test_locomo_no_adversarial_gold_and_denominator_on_the_fixture() -> None:
+    ds = _tiny_locomo()
+    qs = ds.questions
+    for q in qs:
+        full = gold_for(q, "locomo")
+        assert full == (tuple(q.answer_session_ids) or None)  # the loader's evidence sessions
+        expect = None if _category(q) == 5 else full
+        assert gold_for(q, "locomo_no_adversarial") == expect
+        assert is_adversarial(q) == (_category(q) == 5) == bool(q.get_extra("adversarial"))
+    n_all = len(qs)
+    n_locomo = n_all - len(ds.report.items_without_gold)
+    n_adv_scored = sum(_category(q) == 5 and bool(q.answer_session_ids) for q in qs)
+    n_cat_1_4 = sum(n for c, n in ds.report.by_category if c in (1, 2, 3, 4))
+    n_cat_1_4_no_gold = sum(_category(q) != 5 and q.question_id in ds.report.items_without_gold
+                            for q in qs)
+    counts = {p: sum(gold_for(q, p) is not None for q in qs) for p in LOCOMO_PROTOCOLS}
+    assert counts["locomo"] == n_locomo
+    assert counts["locomo_no_adversarial"] == n_locomo - n_adv_scored
+    assert counts["locomo_no_adversarial"] == n_cat_1_4 - n_cat_1_4_no_gold
+    # the fixture's own numbers: 12 items, 2 without evidence, 2 adversarial (both with gold)
+    assert (n_all, n_locomo, n_adv_scored, counts["locomo_no_adversarial"]) == (12, 10, 2, 8)
+
+
+def test_locomo_no_adversarial_summary_is_the_locomo_summary_without_category_5() -> None:
+    from engram_eval.scoring.summary import summarize_rows
+
+    qs = _tiny_locomo().questions
+    rows = []
+    for q in qs:
+        ranking = list(reversed(q.session_ids))  # any fixed ranking over the corpus
+        rows.append({"question_id": q.question_id, "question_type": q.question_type,
+                     "ranked_session_ids": ranking,
+                     "gold": {p: (list(g) if (g := gold_for(q, p)) is not None else None)
+                              for p in LOCOMO_PROTOCOLS},
+                     "metrics": {p: score_question(q, ranking, p) for p in LOCOMO_PROTOCOLS}})
+    out = summarize_rows(rows, LOCOMO_PROTOCOLS)["protocols"]
+    full, no_adv = out["locomo"], out["locomo_no_adversarial"]
+    scored = [(q, list(reversed(q.session_ids))) for q in qs if q.answer_session_ids]
+    kept = [(q, r) for q, r in scored if _category(q) != 5]
+    adv = [(q, r) for q, r in scored if _category(q) == 5]
+    assert (full["n"], no_adv["n"]) == (len(scored), len(kept))
+    assert no_adv["n_skipped"] == len(qs) - len(kept)
+    assert set(no_adv["by_type"]) == set(full["by_type"]) - {"5"}
+    assert no_adv["denominator"] != full["denominator"]
+    for m in ("recall_any@1", "recall_all@5", "ndcg_any@5", "mrr"):
+        per_q = {q.question_id: question_metrics(q.answer_session_ids, r)[m] for q, r in scored}
+        expect = sum(per_q[q.question_id] for q, _ in kept) / len(kept)
+        assert no_adv["metrics"][m] == pytest.approx(expect)
+        # n_locomo * mean_locomo = n_kept * mean_kept + n_adversarial * mean_adversarial
+        adv_sum = sum(per_q[q.question_id] for q, _ in adv)
+        assert full["n"] * full["metrics"][m] == pytest.approx(
+            no_adv["n"] * no_adv["metrics"][m] + adv_sum)
+        for t, block in no_adv["by_type"].items():
+            assert block == full["by_type"][t]
+
+
+def test_a_run_recording_only_locomo_still_verifies(tmp_path: Path) -> None:
+    """A LoCoMo run whose sidecar records ``protocols: [locomo]`` (as every run published
+    before ``locomo_no_adversarial`` does) keeps verifying: verify recomputes the recorded
+    list, not today's defaults."""
+    from engram_eval.runs import runner
+    from engram_eval.runs.verify import verify
+
+    out = tmp_path / "old.jsonl"
+    runner.run(RunConfig(retriever="dummy", protocols=["locomo"], progress=False),
+               LOCOMO_TINY, out, echo=lambda m: None)
+    meta = json.loads((tmp_path / "old.jsonl.metadata.json").read_text(encoding="utf-8"))
+    assert meta["protocols"] == ["locomo"]
+    rows = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
+    assert all(set(r["metrics"]) == {"locomo"} for r in rows)
+    rep = verify(out, LOCOMO_TINY)
+    assert rep.verified, rep.format()
+
+
+def test_a_default_locomo_run_reports_both_protocols_and_verifies(tmp_path: Path) -> None:
+    from engram_eval.runs import runner
+    from engram_eval.runs.verify import verify
+
+    out = tmp_path / "new.jsonl"
+    outcome = runner.run(RunConfig(retriever="dummy", progress=False), LOCOMO_TINY, out,
+                         echo=lambda m: None)
+    meta = json.loads((tmp_path / "new.jsonl.metadata.json").read_text(encoding="utf-8"))
+    assert meta["protocols"] == list(LOCOMO_PROTOCOLS)
+    assert list(outcome.summary["protocols"]) == list(LOCOMO_PROTOCOLS)
+    rep = verify(out, LOCOMO_TINY)
+    assert rep.verified, rep.format()

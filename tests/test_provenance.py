@@ -183,7 +183,7 @@ def test_concurrent_fresh_runs_threads_exactly_one_wins(tmp_path: Path) -> None:
     assert [r["question_id"] for r in rows_of(out)] == ALL_IDS
     meta = load_json(side(out))
     assert len(meta["runs"]) == 1
-    from engram_eval.runs.audit import verify
+    from engram_eval.runs.verify import verify
 
     assert verify(out, FIXTURE).ok
 

@@ -13,10 +13,13 @@ import pytest
 from engram_eval.cli import main as cli
 from engram_eval.errors import ConfigError, ProvenanceError
 from engram_eval.provenance.sidecar import sidecar_path, summary_path
-from engram_eval.runs import audit, runner
+from engram_eval.runs import runner
 from engram_eval.runs.config import RunConfig
+from engram_eval.runs.export import compress_result, export_official_log, export_public
 from engram_eval.runs.progress import Progress
 from engram_eval.runs.rows import rows_sha256, scan_rows
+from engram_eval.runs.verify import verify
+from engram_eval.scoring.score import score_rankings
 from engram_eval.scoring.summary import format_summary, summarize_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,14 +56,14 @@ def test_compress_writes_a_deterministic_verified_gz_and_removes_the_plain_files
     assert Path(str(gz) + ".metadata.json").read_bytes() == side
     assert Path(str(gz) + ".summary.json").read_bytes() == summ
     assert rows_sha256(gz) == rows_sha256_of_bytes(plain)
-    rep = audit.verify(gz, FIXTURE)
+    rep = verify(gz, FIXTURE)
     assert rep.verified, rep.format()
     # every reader accepts the .gz
     assert len(scan_rows(gz).rows) == 12
-    assert audit.export_public(gz, gz.parent / "pub.jsonl") == 12
-    assert audit.export_official_log(gz, gz.parent / "off.jsonl", FIXTURE) == 12
+    assert export_public(gz, gz.parent / "pub.jsonl") == 12
+    assert export_official_log(gz, gz.parent / "off.jsonl", FIXTURE) == 12
     assert cli.main(["verify", str(gz), "--dataset", str(FIXTURE)]) == 0
-    summary, _ = audit.score_rankings(_gzip_copy(gz.parent / "pub.jsonl"), FIXTURE)
+    summary, _ = score_rankings(_gzip_copy(gz.parent / "pub.jsonl"), FIXTURE)
     assert summary["protocols"] == json.loads(summ)["protocols"]
 
 
@@ -80,19 +83,19 @@ def test_compress_refuses_an_unverifiable_result_and_keeps_it(result: Path) -> N
     lines = result.read_bytes().splitlines(keepends=True)
     result.write_bytes(b"".join(lines[:-1]))
     with pytest.raises(ProvenanceError, match="does not verify"):
-        audit.compress_result(result)
+        compress_result(result)
     assert result.exists() and not Path(str(result) + ".gz").exists()
 
 
 def test_compress_refuses_to_overwrite(result: Path) -> None:
     Path(str(result) + ".gz").write_bytes(b"x")
     with pytest.raises(FileExistsError):
-        audit.compress_result(result)
+        compress_result(result)
     assert result.exists() and Path(str(result) + ".gz").read_bytes() == b"x"
 
 
 def test_resume_on_a_gz_is_refused(result: Path, tmp_path: Path) -> None:
-    audit.compress_result(result)
+    compress_result(result)
     gz = Path(str(result) + ".gz")
     with pytest.raises(ProvenanceError, match="compressed result is final"):
         runner.run(RunConfig(retriever="flat-bm25", progress=False), FIXTURE, gz,

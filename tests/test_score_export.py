@@ -11,7 +11,8 @@ import pytest
 from engram_eval.cli import main as cli
 from engram_eval.errors import DataError
 from engram_eval.provenance.sidecar import summary_path
-from engram_eval.runs import audit
+from engram_eval.runs.export import export_official_log, export_public
+from engram_eval.scoring.score import score_rankings
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "longmemeval_tiny.json"
@@ -27,7 +28,7 @@ def run_out(pristine: Path) -> Path:
 @pytest.fixture(scope="module")
 def public(run_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("export") / "public.jsonl"
-    assert audit.export_public(run_out, path) == 12
+    assert export_public(run_out, path) == 12
     return path
 
 
@@ -42,12 +43,12 @@ def public_rows(public: Path) -> list[dict]:
 
 # -- score ------------------------------------------------------------------------------------
 def test_score_reproduces_the_run_summary_exactly(run_out: Path, public: Path) -> None:
-    summary, counts = audit.score_rankings(public, FIXTURE)
+    summary, counts = score_rankings(public, FIXTURE)
     stored = json.loads(summary_path(run_out).read_text(encoding="utf-8"))
     assert summary["protocols"] == stored["protocols"]  # exact, floats included
     assert counts == {"questions": 12, "rankings": 12, "missing": 0,
                       "session_ids_not_in_corpus": 0}
-    one, _ = audit.score_rankings(public, FIXTURE, ["official"])
+    one, _ = score_rankings(public, FIXTURE, ["official"])
     assert one["protocols"] == {"official": stored["protocols"]["official"]}
 
 
@@ -70,9 +71,9 @@ def test_missing_question_scores_as_empty_and_is_counted(public: Path, tmp_path:
     rows = public_rows(public)
     dropped = [r for r in rows if r["question_id"] != "lme_t01"]
     path = write_lines(tmp_path / "r.jsonl", dropped)
-    summary, counts = audit.score_rankings(path, FIXTURE)
+    summary, counts = score_rankings(path, FIXTURE)
     assert counts["missing"] == 1 and counts["rankings"] == 11 and counts["questions"] == 12
-    full, _ = audit.score_rankings(public, FIXTURE)
+    full, _ = score_rankings(public, FIXTURE)
     for p in ("answerable", "official", "all"):
         assert summary["protocols"][p]["n"] == full["protocols"][p]["n"]  # still in the mean
     ssu = summary["protocols"]["answerable"]["by_type"]["single-session-user"]
@@ -80,7 +81,7 @@ def test_missing_question_scores_as_empty_and_is_counted(public: Path, tmp_path:
     assert full["protocols"]["answerable"]["by_type"]["single-session-user"]["metrics"][
         "recall_any@50"] == 1.0
     with pytest.raises(DataError) as e:
-        audit.score_rankings(path, FIXTURE, strict=True)
+        score_rankings(path, FIXTURE, strict=True)
     assert str(path) in str(e.value) and "lme_t01" in str(e.value)
 
 
@@ -102,7 +103,7 @@ def test_bad_rankings_are_rejected_naming_file_line_field(public: Path, tmp_path
                                                           mutate, needles: list[str]) -> None:
     path = write_lines(tmp_path / "bad.jsonl", mutate(public_rows(public)))
     with pytest.raises(DataError) as e:
-        audit.score_rankings(path, FIXTURE)
+        score_rankings(path, FIXTURE)
     msg = str(e.value)
     assert msg.startswith(str(path))
     for n in needles:
@@ -112,7 +113,7 @@ def test_bad_rankings_are_rejected_naming_file_line_field(public: Path, tmp_path
 def test_foreign_session_ids_are_counted(public: Path, tmp_path: Path) -> None:
     rows = public_rows(public)
     rows[0]["ranked_session_ids"] = ["not_a_session"] + rows[0]["ranked_session_ids"]
-    _, counts = audit.score_rankings(write_lines(tmp_path / "r.jsonl", rows), FIXTURE)
+    _, counts = score_rankings(write_lines(tmp_path / "r.jsonl", rows), FIXTURE)
     assert counts["session_ids_not_in_corpus"] == 1
 
 
@@ -133,7 +134,7 @@ def test_public_export_has_no_conversation_text(public: Path) -> None:
 def test_public_export_refuses_to_overwrite(run_out: Path, public: Path) -> None:
     before = (public.read_bytes(), public.stat().st_mtime_ns)
     with pytest.raises(FileExistsError):
-        audit.export_public(run_out, public)
+        export_public(run_out, public)
     assert (public.read_bytes(), public.stat().st_mtime_ns) == before
 
 
@@ -163,7 +164,7 @@ def _printer_style_metrics(ids: list[str], k: int) -> tuple[float, float, float]
 
 def test_official_log_layout_and_noans_relabelling(run_out: Path, tmp_path: Path) -> None:
     log = tmp_path / "official.jsonl"
-    assert audit.export_official_log(run_out, log, FIXTURE) == 12
+    assert export_official_log(run_out, log, FIXTURE) == 12
     entries = {e["question_id"]: e for e in map(json.loads, log.read_text().splitlines())}
     run_rows = {r["question_id"]: r for r in map(json.loads, run_out.read_text().splitlines())}
     assert list(entries) == [q["question_id"] for q in RAW]
@@ -206,7 +207,7 @@ def test_official_log_layout_and_noans_relabelling(run_out: Path, tmp_path: Path
     t02 = entries["lme_t02"]["retrieval_results"]["metrics"]["session"]
     assert (t02["recall_any@5"], t02["recall_all@5"], t02["ndcg_any@5"]) == (0.0, 1.0, 0.0)
     with pytest.raises(FileExistsError):
-        audit.export_official_log(run_out, log, FIXTURE)
+        export_official_log(run_out, log, FIXTURE)
 
 
 def test_reference_printer_on_the_official_log_prints_our_official_summary(
@@ -214,7 +215,7 @@ def test_reference_printer_on_the_official_log_prints_our_official_summary(
     """What ``print_retrieval_metrics.py`` does (drop ids containing ``_abs``, average
     ``metrics.session[name]`` over the rest, round to 4) gives our ``official`` figures."""
     log = tmp_path / "official.jsonl"
-    audit.export_official_log(run_out, log, FIXTURE)
+    export_official_log(run_out, log, FIXTURE)
     data = [json.loads(x) for x in log.read_text().splitlines()]
     data = [x for x in data if "_abs" not in x["question_id"]]
     official = json.loads(summary_path(run_out).read_text())["protocols"]["official"]

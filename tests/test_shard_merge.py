@@ -10,11 +10,11 @@ import pytest
 from engram_eval.cli import main as cli
 from engram_eval.errors import ConfigError, ProvenanceError
 from engram_eval.provenance.sidecar import sidecar_path, summary_path
-from engram_eval.runs.audit import verify
 from engram_eval.runs.config import RunConfig
 from engram_eval.runs.merge import merge
 from engram_eval.runs.runner import run
 from engram_eval.runs.shard import parse_shard, shard_of
+from engram_eval.runs.verify import verify
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "longmemeval_tiny.json"
 N = 3

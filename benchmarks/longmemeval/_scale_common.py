@@ -36,8 +36,9 @@ def provenance_header(script: str, datasets: dict[str, str], settings: dict[str,
     """Dataset hashes, settings, commit, and the sha256 of this script, the shared module
     and every package source a run hashes (core + hybrid retriever)."""
     from engram_eval.io import sha256_file
-    from engram_eval.provenance.sidecar import CORE_SOURCES, package_versions, source_hashes
-    from engram_eval.retrieval.hybrid import SOURCE_MODULES
+    from engram_eval.provenance.sidecar import package_versions, source_hashes
+    from engram_eval.provenance.sources import run_sources
+    from engram_eval.retrieval.sources import PIPELINE_SOURCES
 
     return {
         "kind": "engram-eval/benchmark",
@@ -45,7 +46,7 @@ def provenance_header(script: str, datasets: dict[str, str], settings: dict[str,
         "helpers": {os.path.relpath(p, ROOT): sha256_file(p)
                     for p in (HERE / "_scale_common.py", HERE / "speed.py")},
         "git_commit": git_commit(),
-        "sources": source_hashes(list(CORE_SOURCES) + list(SOURCE_MODULES)
+        "sources": source_hashes(run_sources(PIPELINE_SOURCES)
                                  + ["engram_eval/data/stress.py"]),
         "packages": package_versions(),
         "datasets": {name: {"path": os.path.abspath(p), "sha256": sha256_file(p),

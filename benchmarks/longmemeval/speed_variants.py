@@ -46,9 +46,10 @@ def _prepare(backend: str, precision: str, cache: Path, model: str) -> dict[str,
 
 
 def _paired(base: Path, other: Path) -> dict[str, Any]:
-    from engram_eval.analysis.compare import compare_runs, load_run
+    from engram_eval.analysis.compare import compare_runs
+    from engram_eval.runs.reader import read_run
 
-    rep = compare_runs(load_run(base), load_run(other), protocol="answerable", n_boot=2000)
+    rep = compare_runs(read_run(base), read_run(other), protocol="answerable", n_boot=2000)
     overall = rep["groups"]["overall"]
     return {"protocol": "answerable", "n": overall["n"], "settings": rep["settings"],
             "metrics": {m: overall["metrics"][m] for m in HEADLINE if m in overall["metrics"]}}

@@ -10,12 +10,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def offline() -> None:
-    from engram_eval.cli.main import set_offline_env
+    from engram_eval.retrieval.models import set_offline_env
 
     set_offline_env()
 
 
 def add_settings_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--settings", metavar="RECORD",
+                   help="start from these recorded settings (a JSON settings mapping, or a "
+                        "production output whose 'settings' it holds) instead of the package "
+                        "defaults; the published runs' settings are "
+                        "engram_eval/production/settings_v1.json. Options below override it.")
     p.add_argument("--embedding-model", help="embedding model name or path (pinned default: "
                    "all-MiniLM-L6-v2)")
     p.add_argument("--rerank", action="store_true",
@@ -28,8 +33,24 @@ def add_settings_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    import dataclasses
+    import json
+
+    from engram_eval.errors import ConfigError
     from engram_eval.production.settings import ProductionSettings
 
+    base = ProductionSettings()
+    if getattr(args, "settings", None):
+        try:
+            with open(args.settings, encoding="utf-8") as fh:
+                record = json.load(fh)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--settings {args.settings}: {e}") from None
+        if isinstance(record, dict) and isinstance(record.get("settings"), dict):
+            record = record["settings"]
+        if not isinstance(record, dict):
+            raise ConfigError(f"--settings {args.settings}: not a settings mapping")
+        base = ProductionSettings.from_recorded(record)
     changes = {}
     for k in ("embedding_model", "reranker_model", "calibration", "limit", "min_confidence"):
         v = getattr(args, k, None)
@@ -37,7 +58,7 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
             changes[k] = v
     if getattr(args, "rerank", False):
         changes["rerank"] = True
-    return ProductionSettings(**changes)
+    return dataclasses.replace(base, **changes)
 
 
 def check_source_root(root: str) -> Path:

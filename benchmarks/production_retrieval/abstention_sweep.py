@@ -4,7 +4,8 @@ For every question, its haystack sessions are the memories (user text for LongMe
 turn for LoCoMo, which has no chat roles), searched with the production code
 (engram_eval.production.search) and the pinned production settings. Unanswerable questions:
 LongMemEval ``_abs`` questions, LoCoMo category 5 (adversarial). Answerable: the rest with
-gold sessions (LongMemEval ``answerable`` protocol; LoCoMo evidence sessions).
+gold sessions (LongMemEval ``answerable`` protocol; LoCoMo ``locomo_no_adversarial``:
+evidence sessions of the items of categories 1-4).
 
 For each cut-off c in the sweep: answerable acceptance rate (at least one session passes c),
 top-accepted-is-gold rate (the best accepted session is gold; denominator: all answerable
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         for q in questions:
             if fmt == "locomo":
                 unans = bool(q.get_extra("adversarial"))
-                gold = () if unans else (P.gold_for(q, "locomo") or ())
+                gold = () if unans else (P.gold_for(q, "locomo_no_adversarial") or ())
             else:
                 unans = q.is_abstention
                 gold = () if unans else (P.gold_for(q, "answerable") or ())
@@ -83,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             mems = [Memory(s.session_id, s.user_text if roles else s.text(), s.date)
                     for s in q.sessions]
             count, lim = engine._counter if engine._counter is not None else (None, 256)
-            pcs = user_pieces(q.sessions, engine.settings.piece_words,
-                              engine.settings.piece_overlap, count, lim,
+            pcs = user_pieces(q.sessions, engine.settings.dense_piece_words,
+                              engine.settings.dense_piece_overlap, count, lim,
                               role="user" if roles else None)
             pieces = [(pc.session_index, pc.text) for pc in pcs]
             vecs = enc.encode([t for _, t in pieces])
@@ -118,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
                                                       "locomo" else "category 5 (adversarial)"),
                                 "rule_answerable": ("answerable protocol gold sessions" if fmt
                                                     != "locomo" else "evidence sessions "
-                                                    "resolved (locomo protocol)"),
+                                                    "resolved, categories 1-4 "
+                                                    "(locomo_no_adversarial protocol)"),
                                 "top_accepted_gold_rate": "over all answerable questions"},
                "max_questions": args.max_questions, "settings": engine.settings.to_json(),
                "models": [m.to_json(with_path=False) for m in engine.models()],

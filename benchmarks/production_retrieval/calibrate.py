@@ -2,8 +2,11 @@
 engram_eval/production/calibrate.py), write the versioned package file and a report + plot.
 
     python benchmarks/production_retrieval/calibrate.py --fixture fixtures/production/dev.json \
-        --output engram_eval/production/calibration_v1.json \
-        --report results/production/calibration_v1.report.json
+        --output engram_eval/production/calibration_v2.json
+
+``calibration_v1.json`` (the published runs') was fitted under
+``--settings engram_eval/production/settings_v1.json``; ``calibration_v2.json`` (the default)
+under the package defaults.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", help="also write this report JSON and a .png reliability plot "
                    "beside it")
     p.add_argument("--embedding-model")
+    p.add_argument("--settings", metavar="RECORD", help="fit under these recorded settings "
+                   "(see run.py --settings); default: the package defaults")
     p.add_argument("--l2", type=float, default=1e-3)
     args = p.parse_args(argv)
     _common.offline()

@@ -207,13 +207,11 @@ def sidecar_window(sidecar: Mapping[str, Any] | None) -> int | None:
 
 def analyze_run(path: str | Path, *, k: int = 5, protocol: str | None = None,
                 window: int | None = None) -> dict[str, Any]:
-    from engram_eval.analysis.compare import load_run
     from engram_eval.io import sha256_file
+    from engram_eval.runs.reader import read_run
 
-    run = load_run(path)
-    if protocol is None:
-        first = run.rows[0]["metrics"] if run.rows else {}
-        protocol = "locomo" if "locomo" in first else "answerable"
+    run = read_run(path)
+    protocol = protocol or run.default_protocol
     side = sidecar_window(run.sidecar)
     w = window if window is not None else side if side is not None else DEFAULT_WINDOW
     rep = analyze_rows(run.rows, k=k, protocol=protocol, window=w, source=run.path)

@@ -76,16 +76,14 @@ number. ``a``, ``b`` and ``delta`` are unchanged (``delta = sum_g S_g / sum_g n_
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
+from engram_eval.runs.reader import FinishedRun
 
 BINARY_METRIC = re.compile(r"^(recall_any|recall_all|hit)@\d+$")
 HEADLINE = ("recall_any@1", "recall_any@5", "recall_all@5", "ndcg_any@5", "mrr")
@@ -99,83 +97,6 @@ SIGN_FLIP_TOL = 1e-12
 
 def is_binary_metric(name: str) -> bool:
     return bool(BINARY_METRIC.match(name))
-
-
-# -- reading a run ------------------------------------------------------------------------------
-@dataclass
-class Run:
-    path: Path
-    rows: list[dict[str, Any]]
-    rows_sha256: str
-    dataset_name: str | None
-    dataset_sha256: str | None
-    fingerprint: str | None
-    retriever: str | None
-    summary: dict[str, Any] | None = None
-    sidecar: dict[str, Any] | None = None
-    label: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def describe(self) -> dict[str, Any]:
-        return {"path": str(self.path), "label": self.label, "rows_sha256": self.rows_sha256,
-                "fingerprint": self.fingerprint, "retriever": self.retriever,
-                "dataset": self.dataset_name, "dataset_sha256": self.dataset_sha256,
-                "n_rows": len(self.rows)}
-
-
-def _read_json_opt(path: Path) -> dict[str, Any] | None:
-    if not path.exists():
-        return None
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ProvenanceError(f"{path}: not readable JSON ({e})") from None
-    return obj if isinstance(obj, dict) else None
-
-
-def rows_bytes(path: Path) -> bytes:
-    raw = path.read_bytes()
-    return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
-
-
-def load_run(path: str | Path) -> Run:
-    """Rows (through ``rows.scan_rows``) plus what the summary and sidecar say about them."""
-    from engram_eval.provenance.sidecar import sidecar_path, summary_path
-    from engram_eval.runs.rows import scan_rows
-
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"{p}: no such result file")
-    scan = scan_rows(p)
-    if scan.torn_bytes:
-        raise ProvenanceError(f"{p}: the last line is torn ({scan.torn_bytes} bytes); the run "
-                              "is incomplete (finish it with --resume first)")
-    rows_sha = getattr(scan, "sha256", "") or hashlib.sha256(rows_bytes(p)).hexdigest()
-    summary = _read_json_opt(summary_path(p))
-    sidecar = _read_json_opt(sidecar_path(p))
-    recorded = (summary or {}).get("rows_sha256")
-    if recorded and recorded != rows_sha:
-        raise ProvenanceError(f"{summary_path(p)}: records rows_sha256 {recorded} but the rows "
-                              f"of {p} hash to {rows_sha}; the summary does not describe them")
-    shas: dict[str, str] = {}
-    name = None
-    if summary and summary.get("dataset_sha256"):
-        shas["summary"] = summary["dataset_sha256"]
-        name = summary.get("dataset")
-    ds = (sidecar or {}).get("dataset")
-    if isinstance(ds, dict) and ds.get("sha256"):
-        shas["sidecar"] = ds["sha256"]
-        name = name or ds.get("name")
-    if len(set(shas.values())) > 1:
-        raise ProvenanceError(f"{p}: its summary and sidecar name different dataset hashes "
-                              f"({shas['summary']} vs {shas['sidecar']})")
-    fp = (summary or {}).get("fingerprint") or (sidecar or {}).get("fingerprint")
-    retr = (summary or {}).get("retriever")
-    if retr is None and isinstance((sidecar or {}).get("retriever"), dict):
-        retr = sidecar["retriever"].get("retriever")  # type: ignore[index]
-    return Run(p, scan.rows, rows_sha, name,
-               next(iter(shas.values()), None), fp, retr, summary, sidecar,
-               label=p.name)
 
 
 # -- statistics -----------------------------------------------------------------------------------
@@ -314,7 +235,7 @@ def segment_ids(ids: Sequence[str], n_segments: int, by: str) -> list[list[str]]
 
 
 # -- the comparison -------------------------------------------------------------------------------
-def _metrics_of(run: Run, protocol: str) -> dict[str, dict[str, float]]:
+def _metrics_of(run: FinishedRun, protocol: str) -> dict[str, dict[str, float]]:
     out = {}
     for r in run.rows:
         m = r["metrics"].get(protocol) if isinstance(r["metrics"], dict) else None
@@ -323,7 +244,7 @@ def _metrics_of(run: Run, protocol: str) -> dict[str, dict[str, float]]:
     return out
 
 
-def check_comparable(a: Run, b: Run, protocol: str) -> None:
+def check_comparable(a: FinishedRun, b: FinishedRun, protocol: str) -> None:
     for run in (a, b):
         if run.dataset_sha256 is None:
             raise ProvenanceError(f"{run.path}: neither a summary nor a sidecar names the "
@@ -358,7 +279,7 @@ def check_comparable(a: Run, b: Run, protocol: str) -> None:
                                   "the runs")
 
 
-def compare_runs(a: Run, b: Run, *, protocol: str = "answerable",
+def compare_runs(a: FinishedRun, b: FinishedRun, *, protocol: str = "answerable",
                  metrics: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
                  segments: int = 5, segment_by: str = "hash", alpha: float = 0.05,
                  cluster: str = "question") -> dict[str, Any]:

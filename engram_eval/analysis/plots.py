@@ -201,3 +201,46 @@ def curves_from_rows(rows: Sequence[Mapping[str, Any]], protocol: str,
         for fam in ("recall_any", "recall_all", "random_any", "random_all"):
             out[g][fam] = [sum(v[f"{fam}@{k}"] for v in vs) / len(vs) for k in ks]
     return out
+
+
+# -- figure labels ------------------------------------------------------------------------------
+def split_label(dataset_name: str | None) -> str:
+    """The split a dataset file name says it is (``engram-eval split`` names its parts)."""
+    name = dataset_name or ""
+    if ".heldout." in name:
+        return "held-out part (engram-eval split)"
+    if ".tune." in name:
+        return "tuning part (engram-eval split)"
+    return "full file"
+
+
+def denominator_label(run: Any, protocol: str) -> str:
+    """The protocol and its denominator rule (from the run's summary, else the package's)."""
+    from engram_eval.scoring.summary import DENOMINATORS
+
+    summ = (run.summary or {}).get("protocols", {}).get(protocol, {})
+    den = summ.get("denominator")
+    if den is None:
+        den = DENOMINATORS.get(protocol)
+    return f"{protocol}: {den}" if den else protocol
+
+
+def run_settings_label(run: Any) -> str:
+    """A run named by retriever, fingerprint and file."""
+    fp = (run.fingerprint or "?")[:12]
+    return f"{run.retriever or '?'} (fingerprint {fp}…, {run.path.name})"
+
+
+def compare_stats_label(rep: Mapping[str, Any], conf: int) -> str:
+    """The statistics named on the delta chart: what the compare report says was used."""
+    st = rep["settings"]
+    if "resampling_unit" not in st:  # question mode
+        return (f"{conf}% paired bootstrap, {st['bootstrap']} resamples, seed {st['seed']}; "
+                "exact McNemar")
+    methods = {e["cluster_test"]["method"] for gv in rep["groups"].values()
+               for e in gv["metrics"].values()}
+    test = ("exact sign-flip test" if methods == {"exact sign-flip"} else
+            "Monte-Carlo sign-flip test" if methods == {"monte-carlo sign-flip"} else
+            "sign-flip test (exact, or Monte-Carlo above 16 clusters)")
+    return (f"{conf}% cluster bootstrap by conversation (id prefix), {st['clusters']} clusters; "
+            f"{test}; {st['bootstrap']} resamples, seed {st['seed']}")

@@ -34,6 +34,7 @@ per-session signal scores stored in its traces (the trace contract of
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import time
@@ -73,6 +74,16 @@ class Candidate:
 
     def weight_map(self) -> dict[str, float]:
         return dict(self.weights)
+
+    def settings(self, base: RetrievalSettings) -> RetrievalSettings:
+        """``base`` with this candidate applied, validated by the settings dataclass (the
+        one place where bounds live)."""
+        changes: dict[str, Any] = {"fusion": self.fusion, "normalisation": self.normalisation,
+                                   "rrf_k": self.rrf_k, "temporal": self.temporal,
+                                   "temporal_boost": self.temporal_boost}
+        for name, w in self.weights:
+            changes[WEIGHT_FIELD[name]] = w
+        return dataclasses.replace(base, **changes)
 
     def to_json(self) -> dict[str, Any]:
         return {"fusion": self.fusion, "normalisation": self.normalisation,
@@ -141,13 +152,24 @@ def load_grid(path: str | Path) -> dict[str, Any]:
             if any(x < 0 for x in vals):
                 raise ConfigError(f"{path}: grid field weights.{k}: weights must be >= 0")
             grid["weights"][name] = vals
-    for x in grid.get("rrf_k", []):
-        if x < 0:
-            raise ConfigError(f"{path}: grid field rrf_k: must be >= 0")
-    for x in grid.get("temporal_boost", []):
-        if x < 1:
-            raise ConfigError(f"{path}: grid field temporal_boost: must be >= 1")
+    _validate_grid(grid, path)
     return grid
+
+
+def _validate_grid(grid: Mapping[str, Any], path: str | Path) -> None:
+    """Every grid value must be a valid :class:`RetrievalSettings` value for its field: the
+    dataclass holds the bounds and choices, the grid repeats none of them."""
+    base = RetrievalSettings()
+    checks: list[tuple[str, str, Any]] = [
+        (key, key, x) for key in ("fusion", "normalisation", "rrf_k", "temporal",
+                                  "temporal_boost") for x in grid.get(key, [])]
+    checks += [(f"weights.{name}", WEIGHT_FIELD[name], x)
+               for name, vals in grid.get("weights", {}).items() for x in vals]
+    for label, field_name, x in checks:
+        try:
+            dataclasses.replace(base, **{field_name: x})
+        except ConfigError as e:
+            raise ConfigError(f"{path}: grid field {label}: {e}") from None
 
 
 def candidates(grid: Mapping[str, Any], base: Candidate, signals: Sequence[str]
@@ -236,23 +258,36 @@ def _row_question(row: Mapping[str, Any], path: str, line: int
 
 
 def refuse_unless_reproduced(q: TunedQuestion, own: Candidate, mult: Sequence[float],
-                             ranked: Sequence[str], scores: Sequence[float], where: str) -> None:
-    """Re-fuse with the run's own settings through the retriever's functions; raise
-    ProvenanceError unless ranking and scores are reproduced exactly."""
+                             ranked: Sequence[str], scores: Sequence[float], where: str,
+                             settings: RetrievalSettings | None = None) -> None:
+    """Re-score with the run's own settings through the retrieval pipeline's own stages
+    (:func:`engram_eval.retrieval.pipeline.rescore`); raise ProvenanceError unless ranking
+    and scores are reproduced exactly. ``settings``: the run's retrieval settings (default:
+    the package defaults with ``own`` applied)."""
     want_mult = np.where(q.in_window & own.temporal, own.temporal_boost, 1.0)
     if not np.array_equal(np.asarray(mult), want_mult):
         raise ProvenanceError(f"{where}: traced temporal multipliers do not follow from "
                               "in_window and the run's temporal settings")
-    fused = F.fuse(q.signals, method=own.fusion, weights=own.weight_map(), k=own.rrf_k,
-                   normalisation=own.normalisation)
-    final = F.temporal_scores(fused, np.asarray(mult, dtype=np.float64))
-    order = F.order(final)
+    order, final = pipeline_order(q, own, settings)
     got_ids = [q.session_ids[i] for i in order]
     got_scores = [float(final[i]) for i in order]
     if got_ids != list(ranked) or got_scores != list(scores):
         raise ProvenanceError(f"{where}: re-fusing the traced signals with the run's own "
                               "settings does not reproduce the stored ranking; refusing to "
                               "tune on it")
+
+
+def pipeline_order(q: TunedQuestion, c: Candidate, settings: RetrievalSettings | None = None
+                   ) -> tuple[list[int], np.ndarray]:
+    """The pipeline's order and final scores of ``q`` under candidate ``c``."""
+    from engram_eval.retrieval.pipeline import rescore
+
+    # The traced signals are the ones switched on (a retriever variant such as ``bm25``
+    # switches signals off that the run config leaves on; a signal switched on but not
+    # computable on the corpus, like bm25_assistant without chat roles, fuses as absent).
+    switches: dict[str, Any] = {USE_FIELD[n]: n in q.signals for n in USE_FIELD}
+    base = dataclasses.replace(settings or RetrievalSettings(), **switches)
+    return rescore(q.signals, [bool(x) for x in q.in_window], c.settings(base))
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -411,8 +446,7 @@ def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
          objective: Sequence[str] = DEFAULT_OBJECTIVE, protocol: str = DEFAULT_PROTOCOL,
          folds: int = 5, seed: int = 0) -> TuneResult:
     """See the module docstring."""
-    from engram_eval.provenance.sidecar import read_sidecar
-    from engram_eval.runs.rows import scan_rows
+    from engram_eval.runs.reader import read_run
 
     t0 = time.perf_counter()
     out = Path(output)
@@ -431,11 +465,10 @@ def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
     for m in objective:
         _metric_fn(m)
     grid = load_grid(grid_path)
-    meta = read_sidecar(run_path)
-    scan = scan_rows(run_path)
-    if scan.torn_bytes:
-        raise ProvenanceError(f"{run_path}: torn last line; finish the run (--resume) first")
+    finished = read_run(run_path, require_sidecar=True)  # refuses a torn last line
+    meta = finished.metadata
     run_cfg = dict(meta.get("config") or {})
+    run_settings = RetrievalSettings.of(run_cfg)
     if run_cfg.get("rerank"):
         raise ProvenanceError(f"{run_path}: the run used a cross-encoder rerank; re-fusion "
                               "cannot reproduce it (tune a run without --rerank)")
@@ -443,10 +476,11 @@ def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
     questions: list[TunedQuestion] = []
     own: Candidate | None = None
     signals_seen: list[str] = []
-    for line, row in enumerate(scan.rows, start=1):
+    for line, row in enumerate(finished.rows, start=1):
         q, cand, mult, scores = _row_question(row, str(run_path), line)
         where = f"{run_path}: row {line} ({q.question_id})"
-        refuse_unless_reproduced(q, cand, mult, row["ranked_session_ids"], scores, where)
+        refuse_unless_reproduced(q, cand, mult, row["ranked_session_ids"], scores, where,
+                                 run_settings)
         if own is None:
             own = cand
         elif cand != own:
@@ -473,16 +507,6 @@ def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
     if not cands:
         raise ConfigError(f"{grid_path}: the grid yields no candidate (all weights 0?)")
     ev = Evaluator(questions, objective)
-    # the vectorised path must agree with the proof above on the run's own settings
-    own_orders = ev.orders(own)
-    for qi, q in enumerate(questions):
-        ids = [q.session_ids[int(i)] for i in own_orders[qi, : len(q.session_ids)]]
-        ref = F.order(F.temporal_scores(
-            F.fuse(q.signals, method=own.fusion, weights=own.weight_map(), k=own.rrf_k,
-                   normalisation=own.normalisation),
-            np.where(q.in_window & own.temporal, own.temporal_boost, 1.0)))
-        if ids != [q.session_ids[i] for i in ref]:  # pragma: no cover - internal consistency
-            raise RuntimeError(f"tune: vectorised re-fusion differs on {q.question_id}")
     table = np.stack([ev.per_question(c) for c in cands])  # candidates x questions
     means = table.mean(axis=1)
     best = int(np.argmax(means))  # first of equals: grid order
@@ -500,6 +524,17 @@ def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
                             "train_score": float(table[pick, train].mean()),
                             "test_score": float(table[pick, test].mean())})
     chosen = cands[best]
+    # The grid search runs on a vectorised mirror of the pipeline's fusion and temporal
+    # stages (thousands of candidates); what it reports must be the pipeline's own result:
+    # every question's order under the run's settings and the chosen ones is re-derived
+    # through the pipeline and compared.
+    for c in dict.fromkeys((own, chosen)):
+        orders = ev.orders(c)
+        for qi, q in enumerate(questions):
+            ref, _ = pipeline_order(q, c, run_settings)
+            if [int(i) for i in orders[qi, : len(q.session_ids)]] != ref:
+                raise RuntimeError(f"tune: the vectorised re-fusion differs from the pipeline "
+                                   f"on {q.question_id} under {c.to_json()}")
     own_idx = cands.index(own) if own in cands else None
     own_score = (float(means[own_idx]) if own_idx is not None
                  else float(ev.per_question(own).mean()))
@@ -509,7 +544,7 @@ def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
     report = {
         "kind": "engram-eval/tuning",
         "run": {"path": str(Path(run_path).resolve()), "fingerprint": meta.get("fingerprint"),
-                "rows_sha256": scan.sha256, "n_rows": len(scan.rows)},
+                "rows_sha256": finished.rows_sha256, "n_rows": len(finished.rows)},
         "dataset": {"name": (meta.get("dataset") or {}).get("name"),
                     "sha256": (meta.get("dataset") or {}).get("sha256")},
         "protocol": protocol, "n_questions": len(questions),

@@ -93,10 +93,16 @@ def check_calibration(cal: Calibration, embedding_sha256: str, settings: dict[st
             f"{cal.path}: calibration was fitted for embedding model files "
             f"{cal.embedding_sha256[:16]}…, this run uses {embedding_sha256[:16]}…; fit one with "
             "benchmarks/production_retrieval/calibrate.py and pass --calibration FILE")
+    # the model is compared by its files' hash above, not by the name or path it was given
+    from engram_eval.production.settings import ProductionSettings
     from engram_eval.provenance.sidecar import diff
 
-    # the model is compared by its files' hash above, not by the name or path it was given
-    d = diff({k: v for k, v in cal.settings.items() if k != "embedding_model"},
+    try:  # a record in the older flat layout (calibration_v1.json) is compared in this one
+        recorded = ProductionSettings.from_recorded(cal.settings).retrieval_part()
+    except ConfigError as e:
+        raise ConfigError(f"{cal.path}: its recorded settings are not production settings: "
+                          f"{e}") from None
+    d = diff({k: v for k, v in recorded.items() if k != "embedding_model"},
              {k: v for k, v in settings.items() if k != "embedding_model"})
     if d:
         raise ConfigError(f"{cal.path}: calibration was fitted under other settings: "

@@ -37,13 +37,17 @@ from engram_eval.errors import ProvenanceError
 from engram_eval.io import exclusive_write, sha256_file
 from engram_eval.production.fixture import CaseView, FixtureView, GoldLookup, load_fixture
 from engram_eval.production.search import Engine, SearchResponse
-from engram_eval.production.settings import DEFAULT_CALIBRATION, SOURCE_MODULES
+from engram_eval.production.settings import DEFAULT_CALIBRATION
 from engram_eval.production.store import MemoryStore
 from engram_eval.provenance import frozen as F
+from engram_eval.provenance.sources import production_sources
+from engram_eval.retrieval.sources import PIPELINE_SOURCES
 
 RUNNER = "production_retrieval"
 OUTPUT_KIND = "engram-eval/production-run"
 DEV_LABEL = "development measurement (fixture not held out)"
+#: Files that can change a production result (hashed into manifests and outputs).
+SOURCES = tuple(production_sources(PIPELINE_SOURCES))
 
 
 def effective_settings(engine: Engine, source_root: str | Path) -> dict[str, Any]:
@@ -61,7 +65,7 @@ def current_manifest(fixture: str | Path, engine: Engine, source_root: str | Pat
     """The manifest of a run of ``fixture`` with ``engine`` from the sources under
     ``source_root`` (nothing is loaded)."""
     return F.build_manifest(runner=RUNNER, input_path=fixture, input_kind="fixture",
-                            sources=F.hash_sources(SOURCE_MODULES, source_root),
+                            sources=F.hash_sources(SOURCES, source_root),
                             models=engine.models(),
                             settings=effective_settings(engine, source_root),
                             purpose="production-confidence check")

@@ -1,22 +1,20 @@
-"""Confidence-gated search over a set of memories, built from the benchmark's components.
+"""Confidence-gated search over a set of memories: the package's retrieval pipeline, then a gate.
 
-Per query (``now`` = the date the query is asked):
+Per query (``now`` = the date the query is asked), over the memories as a corpus of one-turn
+user sessions (their dense pieces and vectors as the store persisted them):
 
-1. Signals (the benchmark retriever's code): dense cosine of the query to each memory's
-   pieces (:mod:`engram_eval.retrieval.dense`, pieces cut as the benchmark cuts user text,
-   FAISS inner product, best piece per memory) and BM25 over memory texts
-   (:class:`engram_eval.retrieval.bm25.BM25Index`).
-2. Fusion (:mod:`engram_eval.retrieval.fusion`): reciprocal-rank fusion of the informative
-   signals, pinned in :class:`~engram_eval.production.settings.ProductionSettings`.
-3. Temporal step (:mod:`engram_eval.retrieval.temporal`, the benchmark's date module): the
-   query's time window relative to ``now``; memories dated inside it have their fused score
-   multiplied by ``temporal_boost``. The top ``candidates`` memories go on.
-4. Confidence (:mod:`.confidence`): the sigmoid of the cross-encoder logit when a reranker is
-   configured, else the calibrated logistic of absolute signals.
-5. Focused-excerpt retry: a long memory the gate rejects tries one focused excerpt
+1. Ranking: the package's one pipeline (:mod:`engram_eval.retrieval.pipeline`: signals ->
+   fusion -> temporal -> rerank -> coverage) under the retrieval part of
+   :class:`~engram_eval.production.settings.ProductionSettings` (the package defaults unless a
+   recorded setting says otherwise). The first ``candidates`` memories of its ranking go on.
+2. Confidence (:mod:`.confidence`): the sigmoid of the cross-encoder logit of the memory text
+   when a reranker is configured, else the calibrated logistic of absolute signals (the dense
+   score, the query terms the memory holds, and the time feature: +1 inside the query's time
+   window, -1 outside, 0 without a window, a memory date, or the temporal step).
+3. Focused-excerpt retry: a long memory the gate rejects tries one focused excerpt
    (:func:`engram_eval.retrieval.passages.select_excerpt`, at most one per memory), whatever
    the other candidates scored; the larger confidence survives.
-6. Gate: memories with confidence >= ``min_confidence``, best first (ties: fused order), at
+4. Gate: memories with confidence >= ``min_confidence``, best first (ties: ranking order), at
    most ``limit``; possibly nothing (abstention).
 
 This code never sees gold ids: it receives memories and a query only.
@@ -40,7 +38,7 @@ from engram_eval.production.confidence import (
 )
 from engram_eval.production.settings import DEFAULT_CALIBRATION, ProductionSettings
 from engram_eval.production.store import Memory
-from engram_eval.retrieval.models import ModelRef, resolve_model
+from engram_eval.retrieval.models import ModelRef
 
 
 @dataclass(frozen=True)
@@ -66,22 +64,40 @@ class SearchResponse:
 
 
 class Engine:
-    """Settings, resolved models (hashed, not loaded) and the lazily loaded encoders."""
+    """Settings, resolved models (hashed, not loaded) and the lazily loaded encoders: the
+    benchmark retriever's own model handling (:class:`~engram_eval.retrieval.hybrid.
+    HybridRetriever`), so production encodes exactly as a run does."""
 
     def __init__(self, settings: ProductionSettings | None = None, *,
                  vector_cache: Any = None) -> None:
+        import dataclasses
+
+        from engram_eval.retrieval.hybrid import HybridRetriever
+        from engram_eval.retrieval.settings import RetrievalSettings
+
         self.settings = s = settings or ProductionSettings()
-        self.embedding_ref: ModelRef = resolve_model(s.embedding_model, "embedding")
-        self.reranker_ref: ModelRef | None = (resolve_model(s.reranker_model, "reranker")
-                                              if s.rerank else None)
+        retrieval = dataclasses.replace(RetrievalSettings.of(s),
+                                        use_cache=vector_cache is not None)
+        self.retriever = HybridRetriever(retrieval, name="production",
+                                         vector_cache=vector_cache)
         self.vector_cache = vector_cache
-        self._encoder: Any = None
-        self._cross: Any = None
-        self._counter: Any = None
         self._calibration: Calibration | None = None
 
+    @property
+    def embedding_ref(self) -> ModelRef:
+        ref = self.retriever.embedding_ref
+        if ref is None:
+            from engram_eval.errors import ConfigError
+
+            raise ConfigError("production search needs the dense signal (use_dense)")
+        return ref
+
+    @property
+    def reranker_ref(self) -> ModelRef | None:
+        return self.retriever.reranker_ref
+
     def models(self) -> list[ModelRef]:
-        return [r for r in (self.embedding_ref, self.reranker_ref) if r is not None]
+        return self.retriever.models()
 
     def calibration_path(self) -> Path:
         return Path(self.settings.calibration or package_root() / DEFAULT_CALIBRATION)
@@ -95,38 +111,31 @@ class Engine:
         return self._calibration
 
     def encoder(self) -> Any:
-        if self._encoder is None:
-            from engram_eval.retrieval.embeddings import CachedEncoder, make_embedder
-            from engram_eval.retrieval.hybrid import token_counter
-
-            s = self.settings
-            emb = make_embedder(s.embedding_backend, self.embedding_ref, s.embedding_precision, 16)
-            self._encoder = CachedEncoder(emb, self.vector_cache, s.embedding_backend)
-            self._counter = token_counter(self.embedding_ref.path)
-        return self._encoder
+        return self.retriever.encoder()
 
     def cross(self) -> Any:
-        if self._cross is None:
-            from engram_eval.retrieval.rerank import CachedCrossEncoder, make_cross_encoder
-
-            s = self.settings
-            assert self.reranker_ref is not None
-            model = make_cross_encoder(s.reranker_backend, self.reranker_ref, s.rerank_max_length)
-            self._cross = CachedCrossEncoder(model, self.vector_cache, s.reranker_backend,
-                                             s.rerank_max_length)
-        return self._cross
+        return self.retriever.cross_encoder()
 
     def pieces(self, memories: Sequence[Memory]) -> list[tuple[int, str]]:
         """Dense pieces of each memory, cut exactly as the benchmark cuts user text."""
         from engram_eval.data.records import Session, Turn
         from engram_eval.retrieval.dense import user_pieces
 
-        self.encoder()
-        count, limit = self._counter if self._counter is not None else (None, 256)
+        r = self.retriever
+        r.encoder()  # the token counter comes with the encoder
         sessions = [Session(m.id, m.date, (Turn("user", m.text, 0),)) for m in memories]
         s = self.settings
         return [(p.session_index, p.text) for p in
-                user_pieces(sessions, s.piece_words, s.piece_overlap, count, limit, role="user")]
+                user_pieces(sessions, s.dense_piece_words, s.dense_piece_overlap,
+                            r._count_tokens, r._token_limit, role="user")]
+
+    def search(self, query: str, *, now: str, memories: Sequence[Memory],
+               pieces: Sequence[tuple[int, str]], vectors: np.ndarray,
+               limit: int | None = None, min_confidence: float | None = None
+               ) -> SearchResponse:
+        """:func:`search_memories` with this engine (what a store calls)."""
+        return search_memories(self, query, now=now, memories=memories, pieces=pieces,
+                               vectors=vectors, limit=limit, min_confidence=min_confidence)
 
     def describe(self) -> dict[str, Any]:
         d: dict[str, Any] = {"settings": self.settings.to_json()}
@@ -138,60 +147,37 @@ class Engine:
         return d
 
 
-def _fuse(signals: dict[str, tuple[np.ndarray, np.ndarray]], s: ProductionSettings) -> np.ndarray:
-    """Weighted reciprocal-rank fusion through the benchmark's fusion module. The memory
-    BM25 signal is named ``bm25_user`` there (memories are the user's own text)."""
-    from engram_eval.retrieval import fusion
-
-    names = {"dense": "dense", "bm25": "bm25_user"}
-    weights = {"dense": s.weight_dense, "bm25_user": s.weight_bm25}
-    sigs = {names[k]: fusion.Signal.of(v[0], v[1]) for k, v in signals.items()}
-    return fusion.fuse(sigs, method=s.fusion, weights=weights, k=s.rrf_k)
-
-
 def memory_signals(engine: Engine, query: str, now: str, memories: Sequence[Memory],
                    pieces: Sequence[tuple[int, str]], vectors: np.ndarray) -> dict[str, Any]:
-    """Per-memory signals for ``query``: dense, bm25, fused, temporal multiplier, time
-    feature, term coverage, and the candidate order. Pure given its inputs."""
-    from engram_eval.retrieval.bm25 import BM25Index
-    from engram_eval.retrieval.dense import Piece, session_scores
-    from engram_eval.retrieval.temporal import (
-        parse_date,
-        resolve_time_window,
-        temporal_multiplier,
-    )
+    """The pipeline's ranking of ``memories`` for ``query`` plus the gate's per-memory
+    features: ``dense``, ``bm25`` (the memory-text BM25 signal), every other computed signal
+    under ``signals``, ``fused``, ``mult``, ``time``, ``terms``, ``order`` (the pipeline's
+    final order), ``window`` and ``qvec``."""
+    from engram_eval.data.records import Session, Turn
+    from engram_eval.retrieval import pipeline as P
+    from engram_eval.retrieval.dense import Piece
 
     s = engine.settings
     n = len(memories)
-    qvec = engine.encoder().encode([query])[0]
-    plist = [Piece(i, 0, t) for i, t in pieces]
-    dense = session_scores(plist, vectors, qvec, n, "max")
-    dmask = np.array([k > 0 for k in dense.n_pieces], dtype=bool)
-    bm25 = BM25Index([m.text for m in memories], k1=s.bm25_k1, b=s.bm25_b).scores(query)
-    signals = {"dense": (dense.scores, dmask), "bm25": (bm25, bm25 > 0)}
-    fused = _fuse(signals, s) if n else np.zeros(0)
-    window = None
-    if s.temporal:
-        try:
-            qdate = parse_date(now) if now else None
-            window = resolve_time_window(query, qdate) if qdate else None
-        except Exception:  # never let date parsing abort a search
-            window = None
-    mult = np.ones(n)
+    sessions = [Session(m.id, m.date, (Turn("user", m.text, 0),)) for m in memories]
+    corpus = P.build_corpus(sessions, s, pieces=[Piece(i, 0, t) for i, t in pieces],
+                            vectors=vectors)
+    st = P.run_pipeline("", query, now, s, corpus,
+                        encode=engine.encoder().encode if s.use_dense else None,
+                        score_pairs=engine.cross().raw_scores if s.rerank else None)
+    zeros = np.zeros(n)
+    sig = {name: st.signals[name].scores if name in st.signals else zeros
+           for name in st.qtrace.get("signals", [])}
     time_f = np.zeros(n)
-    for i, m in enumerate(memories):
-        d = parse_date(m.date) if (window is not None and m.date) else None
-        if window is not None and d is not None:
-            mult[i] = temporal_multiplier(d, window, boost=s.temporal_boost)
-            time_f[i] = 1.0 if window.contains(d) else -1.0
-    from engram_eval.retrieval.fusion import order as fused_order
-    from engram_eval.retrieval.fusion import temporal_scores
-
-    prior = temporal_scores(fused, mult)
-    order = fused_order(prior)
-    return {"qvec": qvec, "dense": dense.scores, "bm25": bm25, "fused": fused, "mult": mult,
-            "prior": prior,
-            "time": time_f, "order": order,
+    if s.temporal:
+        for i, inside in enumerate(st.in_window):
+            if inside is not None:
+                time_f[i] = 1.0 if inside else -1.0
+    window = st.window if s.temporal else None
+    return {"qvec": st.q_vec, "dense": sig.get("dense", zeros), "bm25": sig.get("bm25_user", zeros),
+            "signals": {k: v for k, v in sig.items() if k not in ("dense", "bm25_user")},
+            "fused": st.fused if n else zeros, "mult": st.mult if n else np.ones(n),
+            "time": time_f, "order": list(st.order),
             "terms": [term_coverage(query, m.text) for m in memories],
             "window": None if window is None else {"start": window.start.isoformat(),
                                                    "end": window.end.isoformat(),
@@ -231,6 +217,8 @@ def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[
                      "bm25": float(sig["bm25"][i]), "fused": float(sig["fused"][i]),
                      "temporal": float(sig["mult"][i]), "time": sig["time"][i],
                      "terms": sig["terms"][i], "confidence_full": conf[i]}
+        for name, scores in sig["signals"].items():  # signals beyond dense and memory BM25
+            traces[i][name] = float(scores[i])
     if s.excerpt_retry:
         rejected = [i for i in cands if conf[i] < cut]
         excerpts = {}

@@ -1,108 +1,97 @@
-"""Production search settings, pinned here (independent of the benchmark defaults).
+"""Production search settings: the package's retrieval settings plus the gate's own fields.
 
-The benchmark's :class:`~engram_eval.runs.config.RunConfig` defaults are tuned for ranking recall
-and may change; production confidence is calibrated for *these* settings, so they live in
-their own frozen dataclass. Changing any of them invalidates the packaged calibration
-(``calibration_v1.json`` records the settings it was fitted under and the check refuses a
-mismatch).
+:class:`ProductionSettings` inherits :class:`~engram_eval.retrieval.settings.RetrievalSettings`
+(the one place where a retrieval default or bound lives), so production search ranks with the
+package's default pipeline unless told otherwise, and adds the gate: how many candidates get
+a confidence, the focused-excerpt retry, the result limit and the confidence cut-off, and the
+calibration file.
+
+The published production runs (results/production/) were made under the settings they
+record, in the older flat layout (``piece_words``, ``weight_bm25``, reciprocal-rank fusion of
+dense and memory BM25, torch embeddings); :meth:`ProductionSettings.from_recorded` maps such
+a record onto these fields, and the packaged ``calibration_v1.json`` was fitted under them, so
+the calibration check compares both in this layout. A calibration records the settings it was
+fitted under and refuses any other (:func:`engram_eval.production.confidence.check_calibration`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from engram_eval.errors import ConfigError
+from engram_eval.retrieval.settings import GATE_GROUP, RetrievalSettings, _f
 
-#: Files that can change a production result (hashed into manifests and outputs).
-SOURCE_MODULES = (
-    "engram_eval/provenance/frozen.py",
-    "engram_eval/io.py",
-    "engram_eval/retrieval/models.py",
-    "engram_eval/production/__init__.py",
-    "engram_eval/production/settings.py",
-    "engram_eval/production/store.py",
-    "engram_eval/production/search.py",
-    "engram_eval/production/confidence.py",
-    "engram_eval/production/calibration_v1.json",
-    "engram_eval/production/fixture.py",
-    "engram_eval/production/runner.py",
-    "engram_eval/schemas/production_fixture.schema.json",
-    "engram_eval/data/records.py",
-    "engram_eval/retrieval/bm25.py",
-    "engram_eval/retrieval/dense.py",
-    "engram_eval/retrieval/embeddings.py",
-    "engram_eval/retrieval/fusion.py",
-    "engram_eval/retrieval/temporal.py",
-    "engram_eval/retrieval/passages.py",
-    "engram_eval/retrieval/rerank.py",
-    "engram_eval/retrieval/hybrid.py",  # token_counter
-    "benchmarks/production_retrieval/run.py",
-)
-DEFAULT_CALIBRATION = "engram_eval/production/calibration_v1.json"
+DEFAULT_CALIBRATION = "engram_eval/production/calibration_v2.json"
+#: The settings the published production runs recorded (older flat layout; pass them with
+#: ``--settings``) and the calibration fitted under them, which those settings name.
+RECORDED_SETTINGS_V1 = "engram_eval/production/settings_v1.json"
+RECORDED_CALIBRATION_V1 = "engram_eval/production/calibration_v1.json"
+
+
+#: Gate fields (not retrieval settings). The excerpt retry changes confidences, so a
+#: calibration depends on it; the others only cut what is returned.
+GATE_FIELDS = ("candidates", "excerpt_retry", "excerpt_max_words", "limit", "min_confidence",
+               "calibration")
+_NOT_CALIBRATED = ("candidates", "limit", "min_confidence", "calibration")
+
+#: The older flat record (published runs, calibration_v1.json) -> these field names.
+_LEGACY_NAMES = {"piece_words": "dense_piece_words", "piece_overlap": "dense_piece_overlap",
+                 "weight_bm25": "weight_bm25_user"}
+#: What the older production search computed and did not record: dense and memory BM25
+#: only, fused by the recorded method; no other signal.
+_LEGACY_FIXED: dict[str, Any] = {"use_dense": True, "use_bm25_user": True,
+                                 "use_bm25_assistant": False, "use_bm25_turn": False,
+                                 "use_bm25_prf": False, "use_dense_rocchio": False,
+                                 "dense_aggregate": "max", "normalisation": "minmax",
+                                 "weight_bm25_assistant": 0.0, "weight_bm25_turn": 0.0}
 
 
 @dataclass(frozen=True)
-class ProductionSettings:
-    """Every setting of production search. ``limit`` and ``min_confidence`` are the gate."""
+class ProductionSettings(RetrievalSettings):
+    """Every setting of production search: the retrieval settings (package defaults) plus
+    the gate. Validated on construction like its retrieval part."""
 
-    embedding_model: str = "all-MiniLM-L6-v2"
-    embedding_backend: str = "sentence_transformers"
-    embedding_precision: str = "fp32"
-    piece_words: int = 128
-    piece_overlap: int = 16
-    bm25_k1: float = 1.5
-    bm25_b: float = 0.75
-    fusion: str = "rrf"
-    rrf_k: float = 60.0
-    weight_dense: float = 1.0
-    weight_bm25: float = 1.0
-    temporal: bool = True
-    temporal_boost: float = 1.25
-    candidates: int = 10
-    rerank: bool = False
-    reranker_model: str = "BAAI/bge-reranker-base"
-    reranker_backend: str = "sentence_transformers"
-    rerank_max_length: int = 512
-    excerpt_retry: bool = True
-    excerpt_max_words: int = 160
-    limit: int = 3
-    min_confidence: float = 0.6
-    #: calibration file (offline confidence); "" = the packaged calibration_v1.json
-    calibration: str = ""
-
-    def __post_init__(self) -> None:
-        checks = [
-            ("piece_words", 8 <= self.piece_words <= 512),
-            ("piece_overlap", 0 <= self.piece_overlap < self.piece_words),
-            ("bm25_k1", 0 <= self.bm25_k1 <= 10), ("bm25_b", 0 <= self.bm25_b <= 1),
-            ("fusion", self.fusion == "rrf"), ("rrf_k", 0 <= self.rrf_k <= 1000),
-            ("weight_dense", self.weight_dense >= 0), ("weight_bm25", self.weight_bm25 >= 0),
-            ("temporal_boost", 1 <= self.temporal_boost <= 10),
-            ("candidates", self.candidates >= 1), ("limit", self.limit >= 1),
-            ("min_confidence", 0 <= self.min_confidence <= 1),
-            ("excerpt_max_words", self.excerpt_max_words >= 8),
-            ("embedding_backend", self.embedding_backend in ("sentence_transformers",
-                                                             "flag_embedding")),
-            ("reranker_backend", self.reranker_backend in ("sentence_transformers",
-                                                           "flag_embedding")),
-            ("embedding_precision", self.embedding_precision in ("fp32", "bf16")),
-        ]
-        for name, ok in checks:
-            if not ok:
-                raise ConfigError(f"production setting {name}={getattr(self, name)!r} is out of "
-                                  "range")
+    candidates: int = _f(10, "memories, best first after the retrieval pipeline, that get a "
+                         "confidence", group=GATE_GROUP, lo=1, hi=10000)
+    excerpt_retry: bool = _f(True, "a candidate the gate rejects tries one focused excerpt; "
+                             "the larger confidence survives", group=GATE_GROUP)
+    excerpt_max_words: int = _f(160, "excerpt length limit in words", group=GATE_GROUP, lo=8,
+                                hi=2000)
+    limit: int = _f(3, "result limit", group=GATE_GROUP, lo=1, hi=10000)
+    min_confidence: float = _f(0.6, "confidence cut-off (a relevance threshold, not a "
+                               "probability of correctness)", group=GATE_GROUP, lo=0.0, hi=1.0)
+    calibration: str = _f("", "calibration file of the offline confidence; '' = the "
+                          "packaged calibration_v1.json", group=GATE_GROUP)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field but the runtime ones (batch size, cache)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.metadata["fingerprint"]}
 
     def replace(self, **changes: Any) -> ProductionSettings:
         return dataclasses.replace(self, **changes)
 
     def retrieval_part(self) -> dict[str, Any]:
-        """The settings the calibration depends on (everything but the gate itself)."""
+        """The settings a calibration depends on (everything but the cut of the gate)."""
         d = self.to_json()
-        for k in ("limit", "min_confidence", "calibration", "candidates"):
+        for k in _NOT_CALIBRATED:
             d.pop(k)
         return d
+
+    @classmethod
+    def from_recorded(cls, record: Mapping[str, Any]) -> ProductionSettings:
+        """Settings from a record: this layout, or the older flat one of the published runs
+        and ``calibration_v1.json`` (detected by its ``piece_words`` key). Unknown keys are an
+        error naming them; ``calibration_sha256`` (written beside a record) is ignored."""
+        names = {f.name for f in fields(cls)}
+        d = {k: v for k, v in record.items() if k != "calibration_sha256"}
+        if "piece_words" in d:
+            d = {_LEGACY_NAMES.get(k, k): v for k, v in d.items()}
+            d = {**_LEGACY_FIXED, **d}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(f"production settings: unknown field(s) {unknown}")
+        return cls(**d)

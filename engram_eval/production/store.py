@@ -14,6 +14,11 @@ One database file per store. Tables:
 Memories are written through :meth:`MemoryStore.add` (vectors computed at write time) and
 read back from the database by :meth:`MemoryStore.search`; nothing is kept in a dict
 between calls, so a closed and reopened store answers identically.
+
+The store never imports :mod:`engram_eval.production.search` (which imports the store's
+:class:`Memory`): it uses the engine it is given through :class:`StoreEngine` only, and
+:meth:`MemoryStore.search` hands the stored memories, pieces and vectors to the engine's
+``search``.
 """
 
 from __future__ import annotations
@@ -23,14 +28,11 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from engram_eval.errors import DataError, ProvenanceError
-
-if TYPE_CHECKING:
-    from engram_eval.production.search import Engine, SearchResponse
 
 FORMAT_VERSION = 1
 
@@ -44,17 +46,37 @@ class Memory:
     date: str = ""
 
 
+class StoreEngine(Protocol):
+    """What a store needs from its engine (:class:`engram_eval.production.search.Engine`):
+    the settings and embedding model it writes into ``meta``, the piece cutter and encoder
+    used at write time, and the gated search over what the store holds."""
+
+    @property
+    def settings(self) -> Any: ...
+
+    @property
+    def embedding_ref(self) -> Any: ...
+
+    def pieces(self, memories: Sequence[Memory]) -> list[tuple[int, str]]: ...
+
+    def encoder(self) -> Any: ...
+
+    def search(self, query: str, *, now: str, memories: Sequence[Memory],
+               pieces: Sequence[tuple[int, str]], vectors: np.ndarray,
+               limit: int | None = None, min_confidence: float | None = None) -> Any: ...
+
+
 class MemoryStore:
     """See the module docstring. Use :meth:`create` for a new store, :meth:`open` to reopen."""
 
-    def __init__(self, path: Path, engine: Engine, conn: sqlite3.Connection) -> None:
+    def __init__(self, path: Path, engine: StoreEngine, conn: sqlite3.Connection) -> None:
         self.path = path
         self.engine = engine
         self._conn: sqlite3.Connection | None = conn
 
     # -- lifecycle ------------------------------------------------------------------
     @classmethod
-    def create(cls, path: str | Path, engine: Engine) -> MemoryStore:
+    def create(cls, path: str | Path, engine: StoreEngine) -> MemoryStore:
         p = Path(path)
         if p.exists():
             raise ProvenanceError(f"{p}: a memory store already exists there")
@@ -73,7 +95,7 @@ class MemoryStore:
         return cls(p, engine, conn)
 
     @classmethod
-    def open(cls, path: str | Path, engine: Engine) -> MemoryStore:
+    def open(cls, path: str | Path, engine: StoreEngine) -> MemoryStore:
         p = Path(path)
         if not p.is_file():
             raise ProvenanceError(f"{p}: no memory store there")
@@ -88,13 +110,13 @@ class MemoryStore:
         return cls(p, engine, conn)
 
     @staticmethod
-    def _meta_for(engine: Engine) -> dict[str, Any]:
+    def _meta_for(engine: StoreEngine) -> dict[str, Any]:
         s = engine.settings
         return {"format_version": FORMAT_VERSION,
                 "embedding_sha256": engine.embedding_ref.sha256,
                 "embedding_model": s.embedding_model, "embedding_backend": s.embedding_backend,
                 "embedding_precision": s.embedding_precision,
-                "piece_words": s.piece_words, "piece_overlap": s.piece_overlap}
+                "piece_words": s.dense_piece_words, "piece_overlap": s.dense_piece_overlap}
 
     def close(self) -> None:
         if self._conn is not None:
@@ -168,11 +190,10 @@ class MemoryStore:
         return int(self.conn.execute("SELECT COUNT(*) FROM memories").fetchone()[0])
 
     def search(self, query: str, *, now: str = "", limit: int | None = None,
-               min_confidence: float | None = None) -> SearchResponse:
-        """Gated search (see :func:`engram_eval.production.search.search_memories`)."""
-        from engram_eval.production.search import search_memories
-
+               min_confidence: float | None = None) -> Any:
+        """Gated search over the stored memories: the engine's ``search``
+        (:func:`engram_eval.production.search.search_memories`), returning its
+        :class:`~engram_eval.production.search.SearchResponse`."""
         pieces, vectors = self.pieces()
-        return search_memories(self.engine, query, now=now, memories=self.memories(),
-                               pieces=pieces, vectors=vectors, limit=limit,
-                               min_confidence=min_confidence)
+        return self.engine.search(query, now=now, memories=self.memories(), pieces=pieces,
+                                  vectors=vectors, limit=limit, min_confidence=min_confidence)

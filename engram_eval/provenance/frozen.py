@@ -54,7 +54,8 @@ def _now() -> str:
 
 
 def hash_sources(relpaths: Sequence[str], root: str | Path) -> dict[str, str]:
-    """``relative path -> sha256`` for each file under ``root`` (sorted, deduplicated)."""
+    """``relative path -> sha256`` for each file under ``root`` (sorted, deduplicated); the
+    lists are composed in :mod:`engram_eval.provenance.sources`."""
     from engram_eval.provenance.sidecar import source_hashes
 
     return source_hashes(relpaths, root)

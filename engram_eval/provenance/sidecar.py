@@ -2,8 +2,9 @@
 
 Sidecar ``<output>.metadata.json`` (schema ``schemas/sidecar.schema.json``) records the
 dataset (path, size, sha256), the sha256 of every source file that can change a ranking
-or a metric (an explicit list), the models (names, revisions, per-file hashes), package
-versions, Python/platform/hardware, the full effective configuration and the selection.
+or a metric (:func:`engram_eval.provenance.sources.run_sources`), the models (names,
+revisions, per-file hashes), package versions, Python/platform/hardware, the full effective
+configuration and the selection.
 
 ``fingerprint`` = sha256 of the canonical JSON (sorted keys, no whitespace) of the
 *defining* parts, :data:`FINGERPRINT_FIELDS`:
@@ -38,27 +39,11 @@ from typing import Any
 from engram_eval.data._jsonio import load_schema
 from engram_eval.errors import ProvenanceError
 from engram_eval.io import canonical_json, exclusive_write, package_root, sha256_file, sha256_json
+from engram_eval.provenance.sources import run_sources
 
 SCHEMA_VERSION = 1
 FINGERPRINT_FIELDS = ("schema_version", "dataset", "dataset_format", "retriever", "config",
                       "protocols", "selection", "sources", "models", "packages")
-#: Modules that can change a metric or a row, whatever the retriever.
-CORE_SOURCES = (
-    "engram_eval/scoring/metrics.py",
-    "engram_eval/scoring/protocols.py",
-    "engram_eval/runs/runner.py",
-    "engram_eval/data/datasets.py",
-    "engram_eval/runs/rows.py",
-    "engram_eval/scoring/summary.py",
-    "engram_eval/runs/executors.py",
-    "engram_eval/runs/shard.py",
-    "engram_eval/runs/merge.py",
-    "engram_eval/runs/config.py",
-    "engram_eval/data/records.py",
-    "engram_eval/data/_jsonio.py",
-    "engram_eval/data/longmemeval.py",
-    "engram_eval/data/locomo.py",
-)
 PACKAGES = ("engram-eval", "torch", "sentence-transformers", "faiss-cpu", "FlagEmbedding",
             "rank-bm25", "numpy", "transformers", "tokenizers", "jsonschema")
 
@@ -154,7 +139,7 @@ def build_metadata(*, dataset_path: str | Path, dataset_sha256: str, dataset_for
                    selected_ids: Sequence[str]) -> dict[str, Any]:
     """Assemble the sidecar (without loading any model) and compute its fingerprint."""
     p = Path(dataset_path)
-    sources = list(CORE_SOURCES) + list(retriever.source_modules())
+    sources = run_sources(retriever.source_modules())
     meta: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "kind": "engram-eval/run",

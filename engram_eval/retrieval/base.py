@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from engram_eval.data.records import Question, Session
     from engram_eval.retrieval.models import ModelRef
-    from engram_eval.runs.config import RunConfig
+    from engram_eval.retrieval.settings import RetrievalSettings
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class Retriever(Protocol):
     def source_modules(self) -> list[str]: ...
 
 
-RetrieverFactory = Callable[["RunConfig"], Retriever]
+RetrieverFactory = Callable[["RetrievalSettings"], Retriever]
 _REGISTRY: dict[str, tuple[str, str]] = {}
 
 
@@ -93,8 +93,9 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def create(name: str, config: RunConfig) -> Retriever:
-    """Build the named backend from a run configuration."""
+def create(name: str, config: RetrievalSettings) -> Retriever:
+    """Build the named backend from retrieval settings (a run's
+    :class:`~engram_eval.runs.config.RunConfig` is one: it inherits them)."""
     import importlib
 
     from engram_eval.errors import ConfigError

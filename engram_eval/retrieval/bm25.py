@@ -21,6 +21,7 @@ import numpy as np
 from engram_eval.data.records import Question, Session, has_chat_roles, user_document
 from engram_eval.retrieval.base import Ranking, ScoredSession
 from engram_eval.retrieval.models import ModelRef
+from engram_eval.retrieval.sources import FLAT_BM25_SOURCES
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
@@ -103,7 +104,7 @@ class FlatBM25:
         return []
 
     def source_modules(self) -> list[str]:
-        return ["engram_eval/retrieval/base.py", "engram_eval/retrieval/bm25.py"]
+        return list(FLAT_BM25_SOURCES)
 
 
 def make_flat_bm25(config: Any) -> FlatBM25:

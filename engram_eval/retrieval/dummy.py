@@ -13,6 +13,7 @@ from typing import Any
 from engram_eval.data.records import Question, Session
 from engram_eval.retrieval.base import Ranking, ScoredSession, sort_scored
 from engram_eval.retrieval.models import ModelRef
+from engram_eval.retrieval.sources import DUMMY_SOURCES
 
 
 class DummyRetriever:
@@ -43,7 +44,7 @@ class DummyRetriever:
         return []
 
     def source_modules(self) -> list[str]:
-        return ["engram_eval/retrieval/base.py", "engram_eval/retrieval/dummy.py"]
+        return list(DUMMY_SOURCES)
 
 
 def make_dummy(config: Any) -> DummyRetriever:

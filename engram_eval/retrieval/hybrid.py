@@ -71,41 +71,16 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from engram_eval.data.records import (
     Question,
     Session,
-    assistant_document,
-    has_chat_roles,
-    user_document,
-    user_turns,
 )
 from engram_eval.errors import ConfigError
-from engram_eval.retrieval import fusion as F
+from engram_eval.retrieval import pipeline as P
 from engram_eval.retrieval.base import Ranking, ScoredSession
-from engram_eval.retrieval.bm25 import BM25Index, tokenize
-from engram_eval.retrieval.coverage import preserve_prior_leader
-from engram_eval.retrieval.dense import session_scores, user_pieces
 from engram_eval.retrieval.models import ModelRef, resolve_model
 from engram_eval.retrieval.settings import RetrievalSettings, describe_settings
-
-SOURCE_MODULES = [
-    "engram_eval/retrieval/base.py",
-    "engram_eval/retrieval/hybrid.py",
-    "engram_eval/retrieval/settings.py",
-    "engram_eval/retrieval/fusion.py",
-    "engram_eval/retrieval/feedback.py",
-    "engram_eval/retrieval/bm25.py",
-    "engram_eval/retrieval/dense.py",
-    "engram_eval/retrieval/embeddings.py",
-    "engram_eval/retrieval/onnx_export.py",
-    "engram_eval/retrieval/temporal.py",
-    "engram_eval/retrieval/rerank.py",
-    "engram_eval/retrieval/passages.py",
-    "engram_eval/retrieval/coverage.py",
-    "engram_eval/retrieval/models.py",
-]
+from engram_eval.retrieval.sources import PIPELINE_SOURCES
 
 
 def token_counter(model_dir: str) -> tuple[Any, int] | None:
@@ -137,20 +112,14 @@ def token_counter(model_dir: str) -> tuple[Any, int] | None:
 
 
 
-def rerank_document(session: Session, chat_roles: bool) -> str:
-    """The text given to the cross-encoder: user text, a blank line, assistant text; for a
-    corpus without chat roles (``chat_roles`` False, decided once per corpus), every turn in
-    order. Passage offsets in traces refer to this string."""
-    if not chat_roles:
-        return session.text()
-    return session.user_text + "\n\n" + session.assistant_text
-
-
 class HybridRetriever:
     """See the module docstring. Models are resolved (and hashed) at construction and
     loaded on first use, so provenance can be checked before any model is loaded."""
 
-    def __init__(self, settings: RetrievalSettings, name: str = "hybrid") -> None:
+    def __init__(self, settings: RetrievalSettings, name: str = "hybrid", *,
+                 vector_cache: Any = None) -> None:
+        """``vector_cache``: an open cache to use instead of the one ``use_cache`` /
+        ``cache_dir`` name (production search hands in its own)."""
         self.settings = RetrievalSettings.of(settings)  # validates
         self.name = name
         s = self.settings
@@ -169,7 +138,7 @@ class HybridRetriever:
         # the exported ONNX model (backend onnx), recorded with the run's models
         self.onnx_ref = prepare_embedding_backend(s.embedding_backend, self.embedding_ref,
                                                   s.embedding_precision, s.cache_dir)
-        self._cache: Any = None
+        self._cache: Any = vector_cache
         self._encoder: Any = None
         self._cross: Any = None
         self._count_tokens: Any = None
@@ -184,7 +153,7 @@ class HybridRetriever:
                 if r is not None]
 
     def source_modules(self) -> list[str]:
-        return list(SOURCE_MODULES)
+        return list(PIPELINE_SOURCES)
 
     def describe(self) -> dict[str, Any]:
         """The effective settings (derived from ``self.settings``), grouped by stage."""
@@ -243,242 +212,41 @@ class HybridRetriever:
 
     # -- protocol ---------------------------------------------------------------
     def index(self, sessions: Sequence[Session]) -> None:
+        """Stage 0 of :mod:`.pipeline` over the question's haystack."""
         c = self.settings
-        self._sessions = tuple(sessions)
         self._qtrace = {}
-        roles = has_chat_roles(self._sessions)
-        self._chat_roles = roles
-        user_docs = [user_document(s, roles) for s in self._sessions]
-        need_user = (c.use_bm25_user or c.use_bm25_prf
-                     or ((c.use_dense_rocchio or c.use_bm25_prf) and self._source() == "bm25_user"))
-        self._bm25_user = (BM25Index(user_docs, k1=c.bm25_k1, b=c.bm25_b)
-                           if need_user else None)
-        self._bm25_asst = (BM25Index([assistant_document(s, roles) for s in self._sessions],
-                                     k1=c.bm25_k1, b=c.bm25_b)
-                           if c.use_bm25_assistant and roles else None)
-        self._turn_session: list[int] = []
-        self._bm25_turn = None
-        if c.use_bm25_turn:
-            docs = []
-            for si, s in enumerate(self._sessions):
-                for t in user_turns(s, roles):
-                    docs.append(t.content)
-                    self._turn_session.append(si)
-            self._bm25_turn = BM25Index(docs, k1=c.bm25_k1, b=c.bm25_b)
+        encode = None
         if c.use_dense:
-            enc = self.encoder()
-            self._pieces = user_pieces(self._sessions, c.dense_piece_words,
-                                       c.dense_piece_overlap, self._count_tokens,
-                                       self._token_limit, role="user" if roles else None)
-            self._vectors = enc.encode([p.text for p in self._pieces])
-
-    def _source(self) -> str:
-        """The first-pass signal of the feedback signals."""
-        c = self.settings
-        return "dense" if c.feedback_source == "dense" and c.use_dense else "bm25_user"
-
-    def _signals(self, question: Question) -> tuple[dict[str, F.Signal], dict[str, Any]]:
-        """name -> Signal for every switched-on signal computable on this corpus, plus the
-        feedback facts for the question trace."""
-        c = self.settings
-        n = len(self._sessions)
-        out: dict[str, F.Signal] = {}
-        info: dict[str, Any] = {}
-        q_vec = None
-        if c.use_dense:
-            q_vec = self.encoder().encode([question.question])[0]
-            ds = session_scores(self._pieces, self._vectors, q_vec, n, c.dense_aggregate)
-            out["dense"] = F.Signal(ds.scores, np.array([k > 0 for k in ds.n_pieces],
-                                                        dtype=bool))
-        user_scores = None
-        if self._bm25_user is not None:
-            user_scores = self._bm25_user.scores(question.question)
-            if c.use_bm25_user:
-                out["bm25_user"] = F.Signal(user_scores, user_scores > 0)
-        if self._bm25_asst is not None:
-            s = self._bm25_asst.scores(question.question)
-            out["bm25_assistant"] = F.Signal(s, s > 0)
-        if self._bm25_turn is not None:
-            ts = self._bm25_turn.scores(question.question)
-            best = np.zeros(n, dtype=np.float64)
-            for t, si in enumerate(self._turn_session):
-                if ts[t] > best[si]:
-                    best[si] = ts[t]
-            out["bm25_turn"] = F.Signal(best, best > 0)
-        if c.use_bm25_prf or c.use_dense_rocchio:
-            from engram_eval.retrieval import feedback as FB
-
-            source = self._source()
-            if source == "dense":
-                first = out["dense"]
-            else:
-                assert user_scores is not None
-                first = F.Signal(user_scores, user_scores > 0)
-            ranks = F.signal_ranks(first.scores, first.informative)
-            top = sorted((r, i) for i, r in enumerate(ranks) if r is not None)
-            fb = [i for _, i in top[: c.feedback_docs]]
-            info = {"source": source,
-                    "sessions": [self._sessions[i].session_id for i in fb]}
-            if c.use_bm25_prf:
-                assert self._bm25_user is not None
-                q_tokens = tokenize(question.question)
-                terms = FB.expansion_terms(q_tokens, [self._bm25_user.tokens[i] for i in fb],
-                                           self._bm25_user.idf, c.prf_terms)
-                s = self._bm25_user.scores_tokens(q_tokens + terms)
-                out["bm25_prf"] = F.Signal(s, s > 0)
-                info["terms"] = terms
-            if c.use_dense_rocchio:
-                assert q_vec is not None
-                sims = (np.asarray(self._vectors, dtype=np.float32) @ q_vec.astype(np.float32)
-                        if len(self._pieces) else np.zeros(0, dtype=np.float32))
-                best_p = FB.best_pieces([p.session_index for p in self._pieces], sims, fb)
-                q2 = FB.rocchio_query(q_vec, np.asarray(self._vectors)[best_p]
-                                      if best_p else np.zeros((0, len(q_vec))), c.rocchio_beta)
-                rs = session_scores(self._pieces, self._vectors, q2, n, c.dense_aggregate)
-                out["dense_rocchio"] = F.Signal(rs.scores, np.array(
-                    [k > 0 for k in rs.n_pieces], dtype=bool))
-        return out, info
-
-    def _window(self, question: Question) -> tuple[Any, str]:
-        from engram_eval.retrieval.temporal import safe_time_window
-
-        return safe_time_window(question.question, question.question_date)
+            encode = self.encoder().encode
+        self._corpus = P.build_corpus(sessions, c, encode=encode,
+                                      count_tokens=self._count_tokens,
+                                      token_limit=self._token_limit)
+        self._sessions = self._corpus.sessions
+        self._chat_roles = self._corpus.chat_roles
 
     def rank(self, question: Question) -> Ranking:
-        from engram_eval.retrieval.temporal import parse_date
-
+        """Stages 1-6 of :mod:`.pipeline` for ``question`` over the indexed haystack."""
         c = self.settings
+        st = P.run_pipeline(question.question_id, question.question, question.question_date,
+                            c, self._corpus,
+                            encode=self.encoder().encode if c.use_dense else None,
+                            score_pairs=self.cross_encoder().raw_scores if c.rerank else None)
+        self._qtrace = {(question.question_id, question.question): dict(st.qtrace)}
         sessions = self._sessions
-        n = len(sessions)
-        window, status = self._window(question)
-        qtrace: dict[str, Any] = {
-            "signals": [], "fusion": c.fusion_spec(),
-            "time_window": None if window is None else {
-                "start": window.start.isoformat(), "end": window.end.isoformat(),
-                "expression": window.expression, "kind": window.kind},
-            "temporal_status": status, "temporal": c.temporal,
-            "temporal_boost": c.temporal_boost, "chat_roles": self._chat_roles}
-        self._qtrace = {(question.question_id, question.question): qtrace}
-        if n == 0:
-            return Ranking(question.question_id, ())
-        signals, fb_info = self._signals(question)
-        qtrace["signals"] = F._canonical(list(signals))
-        if fb_info:
-            qtrace["feedback"] = fb_info
-        traces: list[dict[str, Any]] = [{} for _ in range(n)]
-        for name in qtrace["signals"]:
-            sig = signals[name]
-            ranks = F.signal_ranks(sig.scores, sig.informative)
-            for i in range(n):
-                traces[i][name] = float(sig.scores[i])
-                traces[i][name + "_rank"] = ranks[i]
-        fused = F.fuse(signals, method=c.fusion, weights=c.weights(), k=c.rrf_k,
-                       normalisation=c.normalisation)
-        fused_order = F.order(fused)
-        fused_rank = F.rank_of(fused_order)
-
-        mult = np.ones(n, dtype=np.float64)
-        in_window: list[bool | None] = [None] * n
-        if window is not None:
-            for i, s in enumerate(sessions):
-                d = parse_date(s.date)
-                if d is not None:
-                    in_window[i] = window.contains(d)
-                    if c.temporal and in_window[i]:
-                        mult[i] = float(c.temporal_boost)
-        tscore = F.temporal_scores(fused, mult)
-        t_order = F.order(tscore)
-        t_rank = F.rank_of(t_order)
-
-        raw = fused.copy()
-        final = tscore.copy()
-        reranked: set[int] = set()
-        rerank_rank: dict[int, int] = {}
-        if c.rerank:
-            from engram_eval.retrieval.rerank import sigmoid
-
-            cands = fused_order[: c.rerank_candidates]
-            raw_scores = self._rerank(question, cands, traces)
-            for i in cands:
-                prior = 1.0 - (fused_rank[i] - 1) / len(cands)
-                raw[i] = raw_scores[i]
-                base = (1 - c.fusion_alpha) * sigmoid(raw_scores[i]) + c.fusion_alpha * prior
-                final[i] = base * mult[i]
-                reranked.add(i)
-            rest = [i for i in range(n) if i not in reranked]
-            if rest:
-                top_rest = max(float(tscore[i]) for i in rest)
-                for i in rest:
-                    final[i] = tscore[i] - top_rest - 1.0
-            rerank_rank = F.rank_of(F.order([final[i] for i in cands]))
-            rerank_rank = {cands[j]: r for j, r in rerank_rank.items()}
-        order = sorted(range(n), key=lambda i: (i not in reranked, -float(final[i]), i))
-        moved = False
-        if c.rerank and c.preserve_prior:
-            leader = t_order[0]
-            order, moved = preserve_prior_leader(order, leader, c.result_k)
-            if moved:
-                pos = order.index(leader)
-                above = float(final[order[pos - 1]])
-                below = float(final[order[pos + 1]])
-                traces[leader]["pre_coverage_score"] = float(final[leader])
-                final[leader] = above if above == below else below + (above - below) / 2.0
-        results = []
-        for i in order:
-            t = traces[i]
-            t.update({"corpus_index": i, "fused": float(fused[i]),
-                      "fused_rank": fused_rank[i], "prior_rank": fused_rank[i],
-                      "temporal": float(mult[i]), "in_window": in_window[i],
-                      "temporal_rank": t_rank[i], "reranked": i in reranked,
-                      "rerank_rank": rerank_rank.get(i), "raw_score": float(raw[i]),
-                      "final_score": float(final[i])})
-            if moved and i == t_order[0]:
-                t["moved_by_coverage"] = True
-            results.append(ScoredSession(sessions[i].session_id, float(final[i]), t))
-        return Ranking(question.question_id, tuple(results))
+        return Ranking(question.question_id, tuple(
+            ScoredSession(sessions[i].session_id, float(st.final[i]), dict(t))
+            for i, t in P.finish(st)))
 
     def question_trace(self, question: Question) -> dict[str, Any]:
         """The question-level trace of the last ``rank(question)`` (see module docstring)."""
         key = (question.question_id, question.question)
         if key not in self._qtrace:
-            window, status = self._window(question)
+            from engram_eval.retrieval.temporal import safe_time_window
+
+            window, status = safe_time_window(question.question, question.question_date)
             return {"signals": [], "fusion": self.settings.fusion_spec(),
-                    "time_window": None if window is None else {
-                        "start": window.start.isoformat(), "end": window.end.isoformat(),
-                        "expression": window.expression, "kind": window.kind},
-                    "temporal_status": status}
+                    "time_window": P.window_trace(window), "temporal_status": status}
         return dict(self._qtrace[key])
-
-    def _rerank(self, question: Question, cands: list[int],
-                traces: list[dict[str, Any]]) -> dict[int, float]:
-        from engram_eval.retrieval.rerank import sigmoid
-
-        c = self.settings
-        cross = self.cross_encoder()
-        docs = {i: rerank_document(self._sessions[i], self._chat_roles) for i in cands}
-        base = cross.raw_scores([(question.question, docs[i]) for i in cands])
-        raw = dict(zip(cands, base, strict=False))
-        for i in cands:
-            traces[i]["base_raw_score"] = raw[i]
-        if c.passage_fallback and all(sigmoid(x) < c.passage_floor for x in base):
-            from engram_eval.retrieval.passages import select_excerpt
-
-            excerpts = {}
-            for i in cands:
-                ex = select_excerpt(question.question, docs[i], max_words=c.passage_max_words)
-                if ex is not None:
-                    excerpts[i] = ex
-            if excerpts:
-                ids = list(excerpts)
-                ex_raw = cross.raw_scores([(question.question, excerpts[i].text) for i in ids])
-                for i, x in zip(ids, ex_raw, strict=False):
-                    ex = excerpts[i]
-                    traces[i]["passage"] = {"base_raw_score": raw[i], "excerpt_raw_score": x,
-                                            "source_start": ex.start, "source_end": ex.end,
-                                            "passage_words": ex.words}
-                    raw[i] = max(raw[i], x)
-        return raw
-
 
 
 def _variant(settings: RetrievalSettings, name: str, **changes: Any) -> HybridRetriever:

@@ -24,6 +24,16 @@ BUNDLED_MINILM_NAMES = frozenset(
 )
 _HASHED_SUFFIXES = (".safetensors", ".bin", ".json", ".txt", ".model", ".pt", ".onnx")
 _hash_memo: dict[tuple[str, int, int], str] = {}
+#: Set (unless already set) by :func:`set_offline_env`: no hub download at run time.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               "TOKENIZERS_PARALLELISM": "false"}
+
+
+def set_offline_env() -> None:
+    """No model or dataset is ever downloaded at run time (the CLI and the benchmark scripts
+    call this first; it lives here, below them, so a script need not import the CLI)."""
+    for k, v in OFFLINE_ENV.items():
+        os.environ.setdefault(k, v)
 
 
 @dataclass(frozen=True)

@@ -41,13 +41,16 @@ SIGNALS: tuple[tuple[str, str, str], ...] = (
 #: CLI/argument-group order (stages of the pipeline).
 GROUPS = ("selection", "dense", "lexical", "fusion", "temporal", "rerank", "coverage",
           "runtime")
+#: The production gate's fields (:class:`engram_eval.production.settings.ProductionSettings`)
+#: are declared with this group; runs have no such field.
+GATE_GROUP = "gate"
 
 
 def _f(default: Any, help: str, *, group: str, fingerprint: bool = True,
        choices: Sequence[Any] | None = None, lo: float | None = None, hi: float | None = None,
        cli: bool = True, hidden: bool = False) -> Any:
     """A dataclass field with the metadata used for validation, YAML, CLI and describe()."""
-    assert group in GROUPS, group
+    assert group in GROUPS or group == GATE_GROUP, group
     meta = {"help": help, "fingerprint": fingerprint, "choices": choices, "lo": lo, "hi": hi,
             "cli": cli, "group": group, "hidden": hidden}
     if isinstance(default, (list, dict)):

@@ -17,7 +17,7 @@ from typing import Any
 
 from engram_eval.errors import ConfigError
 from engram_eval.retrieval.settings import GROUPS, RetrievalSettings, _f
-from engram_eval.scoring.protocols import LONGMEMEVAL_PROTOCOLS
+from engram_eval.scoring.protocols import PROTOCOLS
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,9 @@ class RunConfig(RetrievalSettings):
                         group="selection")
     dataset_format: str = _f("auto", "dataset layout", group="selection",
                              choices=("auto", "longmemeval", "locomo"))
-    protocols: list[str] = _f([], "scoring protocols (empty: answerable, official, all for "
-                              "LongMemEval; locomo for LoCoMo)", group="selection", cli=False)
+    protocols: list[str] = _f([], "scoring protocols (empty: answerable, official, "
+                              "official_nonempty_gold, all for LongMemEval; locomo, "
+                              "locomo_no_adversarial for LoCoMo)", group="selection", cli=False)
     limit: int | None = _f(None, "score only the first N selected questions (diagnostics)",
                            group="selection", lo=1)
     question_ids: list[str] = _f([], "score only these question ids (repeatable)",
@@ -67,7 +68,7 @@ class RunConfig(RetrievalSettings):
             raise ConfigError("config field confidence_filter: ranking runs never filter by "
                               "confidence; it must be false")
         for p in self.protocols:
-            if p not in (*LONGMEMEVAL_PROTOCOLS, "locomo"):
+            if p not in PROTOCOLS:
                 raise ConfigError(f"config field protocols: unknown protocol {p!r}")
         from engram_eval.runs.shard import parse_shard
 

@@ -117,9 +117,10 @@ class _Worker:
         self.trace_sessions = trace_sessions
 
     def identity(self) -> dict[str, Any]:
-        from engram_eval.provenance.sidecar import CORE_SOURCES, source_hashes
+        from engram_eval.provenance.sidecar import source_hashes
+        from engram_eval.provenance.sources import run_sources
 
-        sources = list(CORE_SOURCES) + list(self.retriever.source_modules())
+        sources = run_sources(self.retriever.source_modules())
         return {"sources": source_hashes(sources),
                 "models": {m.role: m.sha256 for m in self.retriever.models()}}
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError, DataError
+from engram_eval.runs.reader import FinishedRun, read_run
 
 
 @dataclass(frozen=True)
@@ -104,11 +105,11 @@ def trec_export(rows: Sequence[Mapping[str, Any]], *, protocol: str = "answerabl
                       len(chosen), len(qrel_lines), use, reason)
 
 
-def export_run(path: str | Path, *, run_out: str | Path | None, qrels_out: str | Path | None,
-               protocol: str | None = None, tag: str | None = None,
-               scores: str = "auto") -> TrecExport:
-    """Read a result (plain or gzipped) and write its TREC run and/or qrels (exclusive)."""
-    from engram_eval.analysis.compare import load_run
+def export_run(run: FinishedRun | str | Path, *, run_out: str | Path | None,
+               qrels_out: str | Path | None, protocol: str | None = None,
+               tag: str | None = None, scores: str = "auto") -> TrecExport:
+    """Write a finished run's (a path, plain or gzipped, or a run already read with
+    :func:`~engram_eval.runs.reader.read_run`) TREC run and/or qrels (exclusive)."""
     from engram_eval.io import exclusive_write
 
     if not run_out and not qrels_out:
@@ -116,11 +117,10 @@ def export_run(path: str | Path, *, run_out: str | Path | None, qrels_out: str |
     for p in (run_out, qrels_out):
         if p and Path(p).exists():
             raise FileExistsError(f"{p} already exists; refusing to overwrite")
-    run = load_run(path)
-    if protocol is None:
-        first = run.rows[0]["metrics"] if run.rows else {}
-        protocol = "locomo" if "locomo" in first else "answerable"
-    t = tag or (run.retriever or Path(path).name.split(".")[0])
+    if not isinstance(run, FinishedRun):
+        run = read_run(run)
+    protocol = protocol or run.default_protocol
+    t = tag or (run.retriever or run.path.name.split(".")[0])
     t = "".join("_" if c.isspace() else c for c in t)
     out = trec_export(run.rows, protocol=protocol, tag=t, scores=scores, source=run.path)
     if run_out:

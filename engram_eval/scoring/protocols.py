@@ -29,9 +29,21 @@ protocol                    n      rule
                                    (possibly empty, scored with the no-gold convention).
 ==========================  =====  ==================================================
 
-``locomo`` (not a LongMemEval protocol): gold = the evidence sessions the LoCoMo loader put in
-``answer_session_ids``, restricted to sessions of the conversation; items with no resolvable
-evidence are skipped.
+LoCoMo protocols (:data:`LOCOMO_PROTOCOLS`, not LongMemEval protocols), counts on
+``locomo10.json`` (1986 QA items; categories 1/2/3/4/5: 282/321/96/841/446):
+
+=========================  =====  ===================================================
+protocol                   n      rule
+=========================  =====  ===================================================
+``locomo``                 1982   Every QA item with at least one evidence session
+                                  resolved, the adversarial category 5 included; gold
+                                  = the evidence sessions the LoCoMo loader put in
+                                  ``answer_session_ids``, restricted to sessions of the
+                                  conversation. Skipped: the 4 items with no evidence.
+``locomo_no_adversarial``  1536   The same items and gold without category 5
+                                  (adversarial: the answer is not in the conversation),
+                                  i.e. categories 1-4 only.
+=========================  =====  ===================================================
 
 The reference rule for gold (``run_retrieval.py``, session granularity) lives here once:
 :func:`has_user_evidence`, :func:`reference_corpus_id` (an ``answer`` session without a user
@@ -51,6 +63,7 @@ from engram_eval.errors import ConfigError
 from engram_eval.scoring.metrics import KS, mean_metrics, question_metrics, reference_entry_metrics
 
 __all__ = [
+    "LOCOMO_PROTOCOLS",
     "LONGMEMEVAL_PROTOCOLS",
     "PROTOCOLS",
     "ProtocolSummary",
@@ -58,6 +71,7 @@ __all__ = [
     "format_table",
     "gold_for",
     "has_user_evidence",
+    "is_adversarial",
     "metrics_for_gold",
     "reference_corpus_id",
     "reference_gold",
@@ -70,7 +84,13 @@ LONGMEMEVAL_PROTOCOLS: tuple[str, ...] = (
     "answerable", "official", "official_nonempty_gold", "all")
 """The LongMemEval denominators (see the module docstring's table)."""
 
-PROTOCOLS: tuple[str, ...] = LONGMEMEVAL_PROTOCOLS + ("locomo",)
+LOCOMO_PROTOCOLS: tuple[str, ...] = ("locomo", "locomo_no_adversarial")
+"""The LoCoMo denominators (see the module docstring's second table)."""
+
+ADVERSARIAL_CATEGORY = 5
+"""The LoCoMo category whose questions ask about things the conversation never says."""
+
+PROTOCOLS: tuple[str, ...] = LONGMEMEVAL_PROTOCOLS + LOCOMO_PROTOCOLS
 """Every protocol :func:`gold_for` knows."""
 
 
@@ -97,6 +117,12 @@ def reference_gold(question: Question) -> tuple[str, ...]:
 def is_reference_abstention(question_id: str) -> bool:
     """The printer's filter: ``'_abs' in question_id``."""
     return "_abs" in question_id
+
+
+def is_adversarial(question: Question) -> bool:
+    """A LoCoMo QA item of the adversarial category 5 (its ``category`` extra)."""
+    category = question.get_extra("category")
+    return category is not None and int(str(category)) == ADVERSARIAL_CATEGORY
 
 
 def entry_counts(question: Question) -> dict[str, int]:
@@ -132,7 +158,9 @@ def gold_for(question: Question, protocol: str) -> tuple[str, ...] | None:
         if protocol == "official_nonempty_gold" and not gold:
             return None
         return gold
-    # locomo
+    # locomo, locomo_no_adversarial
+    if protocol == "locomo_no_adversarial" and is_adversarial(question):
+        return None
     present = set(question.session_ids)
     gold = tuple(sid for sid in answers if sid in present)
     return gold or None
@@ -263,13 +291,18 @@ def format_table(summary: ProtocolSummary, metric_names: Sequence[str]) -> str:
 
 
 def default_protocols(fmt: str) -> list[str]:
-    """The protocols a run of a ``fmt`` dataset (``longmemeval`` / ``locomo``) reports."""
-    return ["locomo"] if fmt == "locomo" else list(LONGMEMEVAL_PROTOCOLS)
+    """The protocols a run of a ``fmt`` dataset (``longmemeval`` / ``locomo``) reports when
+    its config names none. A run records the list it used (sidecar ``protocols``), and
+    ``verify`` recomputes that list, so changing these defaults never touches a finished run
+    (LoCoMo runs published before ``locomo_no_adversarial`` existed record ``["locomo"]``)."""
+    return list(LOCOMO_PROTOCOLS) if fmt == "locomo" else list(LONGMEMEVAL_PROTOCOLS)
 
 
 def check_protocols(fmt: str, protocols: Sequence[str]) -> None:
-    """A LoCoMo dataset is scored with ``locomo`` only, LongMemEval never with it."""
-    if fmt == "locomo" and any(p != "locomo" for p in protocols):
-        raise ConfigError("protocols: a LoCoMo dataset is scored with the 'locomo' protocol")
-    if fmt == "longmemeval" and "locomo" in protocols:
-        raise ConfigError("protocols: 'locomo' applies to LoCoMo datasets only")
+    """A LoCoMo dataset is scored with LoCoMo protocols only, LongMemEval never with them."""
+    if fmt == "locomo" and any(p not in LOCOMO_PROTOCOLS for p in protocols):
+        raise ConfigError("protocols: a LoCoMo dataset is scored with the LoCoMo protocols "
+                          f"{', '.join(LOCOMO_PROTOCOLS)}")
+    if fmt == "longmemeval" and any(p in LOCOMO_PROTOCOLS for p in protocols):
+        raise ConfigError(f"protocols: {', '.join(LOCOMO_PROTOCOLS)} apply to LoCoMo "
+                          "datasets only")

@@ -29,6 +29,8 @@ DENOMINATORS = {
                               "per distinct session",
     "all": "every question (no-gold questions score recall_all=1, recall_any=0)",
     "locomo": "QA items with at least one evidence session resolved",
+    "locomo_no_adversarial": "QA items with at least one evidence session resolved, "
+                             "adversarial category 5 left out (categories 1-4)",
 }
 
 

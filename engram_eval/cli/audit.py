@@ -1,0 +1,126 @@
+"""Commands that check or hand out results: ``verify`` (re-check a published run), ``score``
+(score any system's rankings on identical definitions), ``export`` (rankings without
+conversation text) and ``trec`` (TREC run file and qrels)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from engram_eval.cli._common import add_sidecar_arg, check_free
+from engram_eval.errors import EngramEvalError
+from engram_eval.provenance.sources import derived_sources
+
+
+def add_verify(sub: Any) -> None:
+    v = sub.add_parser("verify", help="recompute and re-check a published result")
+    v.add_argument("result")
+    v.add_argument("--dataset", help="dataset file to re-hash and re-derive gold from "
+                   "(without it nothing is VERIFIED and the exit status is 3)")
+    v.add_argument("--sources-at", metavar="COMMIT",
+                   help="compare the recorded source hashes with the files committed at this "
+                   "git revision (the commit that published the run) instead of the installed "
+                   "package, so a run published before later code changes stays checkable")
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from engram_eval.runs import verify
+    from engram_eval.runs.reader import read_summary
+    from engram_eval.scoring.summary import format_summary
+
+    rep = verify.verify(args.result, args.dataset, sources_at=args.sources_at)
+    summ = read_summary(args.result) if rep.ok else None
+    if summ is not None:
+        print(f"fingerprint {summ['fingerprint']}")
+        print(format_summary(summ))
+    print(rep.format())
+    print(rep.verdict())
+    return rep.exit_code
+
+
+def add_score(sub: Any) -> None:
+    s = sub.add_parser("score", help="score any system's rankings on identical definitions")
+    s.add_argument("rankings", help="JSONL of {question_id, ranked_session_ids}")
+    s.add_argument("--dataset", required=True)
+    s.add_argument("--protocol", action="append", dest="protocols")
+    s.add_argument("--strict", action="store_true", help="error if a question has no ranking")
+    s.add_argument("--output", help="write the summary JSON here (must not exist)")
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from engram_eval.io import dump_json, exclusive_write
+    from engram_eval.scoring.score import score_rankings, side_by_side
+    from engram_eval.scoring.summary import TABLE_METRICS, format_summary
+
+    summary, counts = score_rankings(args.rankings, args.dataset, args.protocols,
+                                     strict=args.strict)
+    print(", ".join(f"{k}={v}" for k, v in counts.items()))
+    print(side_by_side(summary, TABLE_METRICS))
+    print()
+    print(format_summary(summary))
+    if args.output:
+        exclusive_write(args.output, dump_json({"counts": counts, **summary}))
+    return 0
+
+
+def add_export(sub: Any) -> None:
+    e = sub.add_parser("export", help="export rankings without conversation text")
+    e.add_argument("result")
+    e.add_argument("--public", help="write ids + scores JSONL here (must not exist)")
+    e.add_argument("--official-log", help="write a LongMemEval reference-layout log here")
+    e.add_argument("--dataset", help="needed for --official-log")
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from engram_eval.runs.export import export_official_log, export_public
+
+    if not args.public and not args.official_log:
+        raise EngramEvalError("export: give --public PATH and/or --official-log PATH")
+    if args.public:
+        print(f"wrote {export_public(args.result, args.public)} rows to {args.public}")
+    if args.official_log:
+        if not args.dataset:
+            raise EngramEvalError("export --official-log needs --dataset")
+        n = export_official_log(args.result, args.official_log, args.dataset)
+        print(f"wrote {n} rows to {args.official_log}")
+    return 0
+
+
+def add_trec(sub: Any) -> None:
+    tr = sub.add_parser("trec", help="export a run as a TREC run file and its gold as TREC "
+                        "qrels (for trec_eval / ir_measures / ranx)")
+    tr.add_argument("run", help="result rows (.jsonl or .jsonl.gz)")
+    tr.add_argument("--trec-run", help="write the run file here (must not exist)")
+    tr.add_argument("--trec-qrels", help="write the qrels here (must not exist)")
+    tr.add_argument("--protocol", default=None,
+                    help="gold and question selection (default: answerable, or locomo)")
+    tr.add_argument("--tag", help="run tag (default: the retriever name)")
+    tr.add_argument("--scores", choices=("auto", "stored", "rank"), default="auto",
+                    help="score column: stored scores (must strictly decrease), n - rank + 1, "
+                    "or auto (stored when possible)")
+    add_sidecar_arg(tr)
+
+
+def cmd_trec(args: argparse.Namespace) -> int:
+    from engram_eval.provenance.derived import write_derived_sidecar
+    from engram_eval.runs.reader import read_run
+    from engram_eval.runs.trec import export_run
+
+    check_free(args, args.trec_run, args.trec_qrels)
+    run = read_run(args.run)
+    out = export_run(run, run_out=args.trec_run, qrels_out=args.trec_qrels,
+                     protocol=args.protocol, tag=args.tag, scores=args.scores)
+    print(f"{out.n_questions} questions; score column: {out.score_source} ({out.reason})")
+    for path in (args.trec_run, args.trec_qrels):
+        if path and not args.no_sidecar:
+            write_derived_sidecar(path, generators=list(derived_sources("trec")),
+                                  dataset=run.dataset(), runs=[run])
+    if args.trec_run:
+        print(f"wrote {args.trec_run}")
+    if args.trec_qrels:
+        print(f"wrote {args.trec_qrels} ({out.n_qrels} judgements)")
+    return 0
+
+
+COMMANDS = {"verify": (add_verify, cmd_verify), "score": (add_score, cmd_score),
+            "export": (add_export, cmd_export), "trec": (add_trec, cmd_trec)}

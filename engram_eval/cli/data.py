@@ -1,0 +1,82 @@
+"""Commands that make datasets: ``split`` (deterministic tuning/held-out split) and
+``make-stress`` (a synthetic stress set with padded haystacks)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from engram_eval.cli._common import add_sidecar_arg, check_free
+from engram_eval.provenance.sources import derived_sources
+
+
+def add_split(sub: Any) -> None:
+    sp = sub.add_parser("split", help="deterministic stratified tuning/held-out split of a "
+                        "dataset (LongMemEval by question type, LoCoMo by conversation)")
+    sp.add_argument("dataset", help="LongMemEval (.json/.json.gz) or LoCoMo file")
+    sp.add_argument("--holdout", type=float, required=True,
+                    help="fraction held out, 0 < f < 1 (per question type; LoCoMo: of "
+                    "conversations), rounded half up")
+    sp.add_argument("--salt", required=True, help="salt of the sha256 ordering (recorded)")
+    sp.add_argument("--output-dir", required=True,
+                    help="directory for the parts, split_manifest.json and markers "
+                    "(existing files are never overwritten)")
+    sp.add_argument("--compress", choices=("auto", "gzip", "none"), default="auto",
+                    help="gzip the parts (auto: when the source is gzipped)")
+    add_sidecar_arg(sp)
+
+
+def cmd_split(args: argparse.Namespace) -> int:
+    from engram_eval.data.split import MANIFEST_NAME, split_dataset
+    from engram_eval.provenance.derived import write_derived_sidecar
+
+    check_free(args, os.path.join(args.output_dir, MANIFEST_NAME))
+    out = split_dataset(args.dataset, holdout=args.holdout, salt=args.salt,
+                        output_dir=args.output_dir, compress=args.compress)
+    if not args.no_sidecar:
+        write_derived_sidecar(out.manifest_path, generators=list(derived_sources("split")),
+                              dataset={"name": out.manifest["source"]["name"],
+                                       "sha256": out.manifest["source"]["sha256"]},
+                              files=[args.dataset, *out.part_paths.values()])
+    m = out.manifest
+    print(f"split {m['source']['name']} (sha256 {m['source']['sha256']}) "
+          f"format={m['format']} unit={m['unit']} salt={m['salt']!r} holdout={m['holdout']}")
+    for name, path in out.part_paths.items():
+        part = m["parts"][name]
+        types = ", ".join(f"{t}={n}" for t, n in part["by_type"].items())
+        print(f"  {name}: {path} ({part['n_records']} records, {part['n_questions']} "
+              f"questions; {types}) sha256 {part['sha256']}")
+    print(f"manifest {out.manifest_path}")
+    return 0
+
+
+def add_make_stress(sub: Any) -> None:
+    m = sub.add_parser("make-stress", help="pad a LongMemEval file's haystacks with other "
+                       "questions' non-evidence sessions (a SYNTHETIC M-like stress set)")
+    m.add_argument("source", help="LongMemEval file (.json or .json.gz)")
+    m.add_argument("--sessions", type=int, required=True,
+                   help="sessions per question after padding (e.g. 500)")
+    m.add_argument("--seed", type=int, required=True, help="sampling seed")
+    m.add_argument("--limit", type=int, help="write only the first N questions (fillers are "
+                   "still drawn from every question)")
+    m.add_argument("--output", required=True,
+                   help="output file (.json, or .json.gz for gzip); must not exist; its "
+                   "sidecar is OUTPUT.meta.json")
+
+
+def cmd_make_stress(args: argparse.Namespace) -> int:
+    from engram_eval.data.stress import make_stress, meta_path
+
+    meta = make_stress(args.source, args.output, sessions=args.sessions, seed=args.seed,
+                       limit=args.limit,
+                       echo=lambda m: print(m, file=sys.stderr))
+    s = meta["sessions_per_question"]
+    print(f"wrote {meta['n_questions']} questions to {args.output} (synthetic; sessions per "
+          f"question min {s['min']}, max {s['max']}); sidecar {meta_path(args.output)}")
+    print(f"sha256 {meta['output']['sha256']}")
+    return 0
+
+
+COMMANDS = {"split": (add_split, cmd_split), "make-stress": (add_make_stress, cmd_make_stress)}

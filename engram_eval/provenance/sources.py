@@ -1,0 +1,183 @@
+"""Which source files are hashed into provenance records: the one place the lists are composed.
+
+Paths are relative to the repository root (``engram_eval/runs/runner.py``), exactly as run
+sidecars, production manifests and derived-file sidecars record them; ``verify
+--sources-at COMMIT`` compares a run's *recorded* paths, so changing these lists never
+changes how a published run is checked.
+
+* A benchmark run: :func:`run_sources` = :data:`RUN_CORE_SOURCES` (the run machinery, the
+  dataset loaders, scoring) + the retriever's own list (``Retriever.source_modules()``, from
+  :mod:`engram_eval.retrieval.sources`).
+* A production run: :func:`production_sources` = :data:`PRODUCTION_CORE_SOURCES` (the
+  production modules, their scripts, calibration and schema) + the retrieval pipeline's list
+  (:data:`engram_eval.retrieval.sources.PIPELINE_SOURCES`, passed in by the caller:
+  provenance and retrieval are independent layers and never import each other).
+* A derived file (a report, table or plot made from runs): its generator files, per
+  ``engram-eval`` subcommand (:func:`derived_sources`, :data:`COMMAND_GENERATORS`) or per file
+  name in a results directory (:func:`file_generator`, :data:`FILE_GENERATORS`,
+  :data:`SUFFIX_GENERATORS`; ``scripts/derived_sidecars.py``).
+
+``tests/test_source_closure.py`` computes, from the source text, the import closure (top-level
+and lazy imports inside functions) of what each kind of run executes and fails, naming the
+module, when one is neither hashed here nor excused in :data:`NOT_HASHED`. Non-Python files
+the code reads and that can change a result (schemas, the calibration) are listed too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+#: Imported by everything: the package itself, its error types and file helpers.
+_BASE = (
+    "engram_eval/__init__.py",
+    "engram_eval/errors.py",
+    "engram_eval/io.py",
+)
+
+#: ``engram_eval.data`` as any import of it executes it (the package re-exports the
+#: loaders), with the record schemas the loaders validate against.
+_DATA = (
+    "engram_eval/data/__init__.py",
+    "engram_eval/data/_jsonio.py",
+    "engram_eval/data/records.py",
+    "engram_eval/data/locomo.py",
+    "engram_eval/data/longmemeval.py",
+    "engram_eval/data/translations.py",
+    "engram_eval/data/split.py",
+    "engram_eval/schemas/locomo.schema.json",
+    "engram_eval/schemas/longmemeval.schema.json",
+)
+
+_PROVENANCE = (
+    "engram_eval/provenance/__init__.py",
+    "engram_eval/provenance/sources.py",
+    "engram_eval/provenance/sidecar.py",
+    "engram_eval/provenance/frozen.py",
+)
+
+#: Files that can change a benchmark run's rows or metrics, whatever the retriever.
+RUN_CORE_SOURCES: tuple[str, ...] = (
+    *_BASE,
+    *_DATA,
+    "engram_eval/data/datasets.py",
+    *_PROVENANCE,
+    "engram_eval/scoring/__init__.py",
+    "engram_eval/scoring/metrics.py",
+    "engram_eval/scoring/protocols.py",
+    "engram_eval/scoring/summary.py",
+    "engram_eval/runs/__init__.py",
+    "engram_eval/runs/runner.py",
+    "engram_eval/runs/config.py",
+    "engram_eval/runs/executors.py",
+    "engram_eval/runs/rows.py",
+    "engram_eval/runs/shard.py",
+    "engram_eval/runs/merge.py",
+    # the run machinery's own retrieval imports: the registry and the settings a
+    # RunConfig inherits (a retriever's list names them too)
+    "engram_eval/retrieval/__init__.py",
+    "engram_eval/retrieval/base.py",
+    "engram_eval/retrieval/settings.py",
+)
+
+#: Files that can change a production result (hashed into manifests and outputs), besides
+#: the retrieval pipeline's.
+PRODUCTION_CORE_SOURCES: tuple[str, ...] = (
+    *_BASE,
+    *_DATA,
+    *_PROVENANCE,
+    "engram_eval/production/__init__.py",
+    "engram_eval/production/settings.py",
+    "engram_eval/production/store.py",
+    "engram_eval/production/search.py",
+    "engram_eval/production/confidence.py",
+    "engram_eval/production/fixture.py",
+    "engram_eval/production/runner.py",
+    "engram_eval/production/calibration_v2.json",  # DEFAULT_CALIBRATION
+    # the published runs' recorded settings and the calibration fitted under them
+    "engram_eval/production/calibration_v1.json",
+    "engram_eval/production/settings_v1.json",
+    "engram_eval/schemas/production_fixture.schema.json",
+    "benchmarks/production_retrieval/run.py",
+    "benchmarks/production_retrieval/_common.py",
+)
+
+#: Imported by a run but provably unable to change a ranking, a row or a metric, so not
+#: hashed (editing them must not invalidate a resume or a frozen manifest). Path -> why.
+#: Only here, never silently: the closure test accepts a module it finds unhashed only if it
+#: is listed here.
+NOT_HASHED: dict[str, str] = {
+    "engram_eval/runs/progress.py":
+        "progress display only (a bar or log lines on stderr); receives counts, returns nothing",
+    "engram_eval/schemas/sidecar.schema.json":
+        "validates a sidecar's metadata when it is read back (resume, merge, verify); it "
+        "accepts or refuses metadata and never touches rows, rankings or metrics",
+}
+
+#: ``engram-eval`` subcommand -> the modules that generate its derived file (recorded as the
+#: derived sidecar's ``generators``; the first is its ``generator``).
+COMMAND_GENERATORS: dict[str, tuple[str, ...]] = {
+    "compare": ("engram_eval/analysis/compare.py",),
+    "compare-plot": ("engram_eval/analysis/plots.py", "engram_eval/analysis/compare.py"),
+    "plot": ("engram_eval/analysis/plots.py",),
+    "analyze": ("engram_eval/analysis/analyze.py",),
+    "trec": ("engram_eval/runs/trec.py",),
+    "split": ("engram_eval/data/split.py",),
+}
+
+#: Derived file name in a results directory -> its generator (scripts/derived_sidecars.py).
+FILE_GENERATORS: dict[str, str] = {
+    "ABLATIONS.md": "scripts/ablation_table.py",
+    "MISSES_hybrid_default.md": "scripts/misses.py",
+    "dense_pieces.json": "benchmarks/longmemeval/dense_pieces.py",
+    "speed_variants_full.json": "benchmarks/longmemeval/speed_variants.py",
+    "scale.json": "benchmarks/longmemeval/scale.py",
+    "scale.png": "benchmarks/longmemeval/scale.py",
+    # results/longmemeval_s_dev_split (scripts/publish_tuning.sh)
+    "tuned.yaml": "engram_eval/analysis/tune.py",
+    "tuned.yaml.tuning.json": "engram_eval/analysis/tune.py",
+    # results/production (scripts/publish_production.sh)
+    "calibration_v1.report.json": "benchmarks/production_retrieval/calibrate.py",
+    "calibration_v1.report.png": "benchmarks/production_retrieval/calibrate.py",
+    "abstention_longmemeval_s_dev.json": "benchmarks/production_retrieval/abstention_sweep.py",
+    "abstention_longmemeval_s_dev.png": "benchmarks/production_retrieval/abstention_sweep.py",
+    "abstention_locomo10.json": "benchmarks/production_retrieval/abstention_sweep.py",
+    "abstention_locomo10.png": "benchmarks/production_retrieval/abstention_sweep.py",
+}
+#: Derived file name suffix -> its generator (frozen manifests, ``*.frozen.json``).
+SUFFIX_GENERATORS: dict[str, str] = {
+    ".frozen.json": "engram_eval/provenance/frozen.py",
+}
+
+
+def _unique(paths: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(paths))
+
+
+def run_sources(retriever_sources: Iterable[str]) -> list[str]:
+    """The files hashed into a benchmark run's sidecar: the run core + the retriever's list
+    (``retriever.source_modules()``)."""
+    return _unique([*RUN_CORE_SOURCES, *retriever_sources])
+
+
+def production_sources(retrieval_sources: Iterable[str]) -> list[str]:
+    """The files hashed into a production manifest: the production core + the retrieval
+    pipeline's list (:data:`engram_eval.retrieval.sources.PIPELINE_SOURCES`)."""
+    return _unique([*PRODUCTION_CORE_SOURCES, *retrieval_sources])
+
+
+def derived_sources(command: str) -> list[str]:
+    """The generator files of the derived file an ``engram-eval`` subcommand writes
+    (:data:`COMMAND_GENERATORS`; the first is the sidecar's ``generator``). KeyError for a
+    command that writes none."""
+    return list(COMMAND_GENERATORS[command])
+
+
+def file_generator(name: str) -> str | None:
+    """The generator of a derived file in a results directory, by its file name
+    (:data:`FILE_GENERATORS`, then :data:`SUFFIX_GENERATORS`); None when none is known."""
+    if name in FILE_GENERATORS:
+        return FILE_GENERATORS[name]
+    for suffix, gen in SUFFIX_GENERATORS.items():
+        if name.endswith(suffix):
+            return gen
+    return None

@@ -1,0 +1,474 @@
+"""The one retrieval pipeline: stages as plain functions over one per-question state.
+
+Every consumer ranks through these functions: the benchmark retrievers
+(:class:`engram_eval.retrieval.hybrid.HybridRetriever`, hence every ``run``), production
+search (:func:`engram_eval.production.search.search_memories`) and ``tune``'s re-scoring
+(:func:`rescore`, used by :mod:`engram_eval.analysis.tune` to prove that it reproduces
+stored rankings and to score what it reports). Settings come from one dataclass,
+:class:`~engram_eval.retrieval.settings.RetrievalSettings`: no stage holds a default.
+
+Stages, in order (DESIGN.md, "The retrieval pipeline"):
+
+0. :func:`build_corpus` (candidates): one question's haystack indexed — user and assistant
+   documents (:func:`engram_eval.data.records.has_chat_roles` decides once per corpus),
+   BM25 indexes, dense pieces and their vectors (encoded, or handed in by a store that
+   persisted them). Every session of the corpus is a candidate.
+1. :func:`signals_stage`: every switched-on signal (:data:`settings.SIGNALS`), each with its
+   informative mask, plus the feedback facts (``bm25_prf`` / ``dense_rocchio``).
+2. :func:`fusion_stage`: weighted RRF or convex fusion (:mod:`.fusion`) -> ``fused``, the
+   prior order and ranks.
+3. :func:`temporal_stage`: the question's window (:func:`.temporal.safe_time_window`, never
+   raises), each session's ``in_window``, the multiplier (``temporal_boost`` once per
+   session) and the temporal order (:func:`.fusion.temporal_scores`).
+4. :func:`rerank_stage` (only with ``rerank``): cross-encoder scores of the best
+   ``rerank_candidates`` fused candidates, the passage fallback, the blend with the prior
+   rank (``fusion_alpha``) and the temporal multiplier; sessions not reranked go below.
+5. :func:`coverage_stage` (only after a rerank with ``preserve_prior``): the temporal leader
+   kept inside the first ``result_k`` (:mod:`.coverage`).
+6. :func:`finish`: the per-session traces (:class:`SessionTrace`) and the ranking.
+
+The trace contract (keys, meaning) is documented in :mod:`engram_eval.retrieval.hybrid`,
+which ``analyze`` and ``tune`` read; :class:`SessionTrace` and :class:`QuestionTrace` type it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+import numpy as np
+
+from engram_eval.data.records import (
+    Session,
+    assistant_document,
+    has_chat_roles,
+    user_document,
+    user_turns,
+)
+from engram_eval.retrieval import fusion as F
+from engram_eval.retrieval.bm25 import BM25Index, tokenize
+from engram_eval.retrieval.coverage import preserve_prior_leader
+from engram_eval.retrieval.dense import Piece, session_scores, user_pieces
+from engram_eval.retrieval.settings import RetrievalSettings
+
+#: text -> unit vectors (one row per text); the embedding backend behind a cache.
+Encode = Callable[[list[str]], np.ndarray]
+#: (query, document) pairs -> raw cross-encoder scores (logits).
+ScorePairs = Callable[[list[tuple[str, str]]], list[float]]
+
+
+class QuestionTrace(TypedDict, total=False):
+    """``row.trace.question`` (see :mod:`engram_eval.retrieval.hybrid`)."""
+
+    signals: list[str]
+    fusion: dict[str, Any]
+    time_window: dict[str, str] | None
+    temporal_status: str
+    temporal: bool
+    temporal_boost: float
+    chat_roles: bool
+    feedback: dict[str, Any]
+
+
+class SessionTrace(TypedDict, total=False):
+    """``row.trace.sessions[i]``; each signal ``s`` also adds ``s`` and ``s_rank``."""
+
+    corpus_index: int
+    fused: float
+    fused_rank: int
+    prior_rank: int
+    temporal: float
+    in_window: bool | None
+    temporal_rank: int
+    reranked: bool
+    rerank_rank: int | None
+    base_raw_score: float
+    passage: dict[str, Any]
+    raw_score: float
+    final_score: float
+    pre_coverage_score: float
+    moved_by_coverage: bool
+
+
+@dataclass
+class Corpus:
+    """One question's haystack, indexed (stage 0)."""
+
+    sessions: tuple[Session, ...]
+    chat_roles: bool
+    bm25_user: BM25Index | None = None
+    bm25_assistant: BM25Index | None = None
+    bm25_turn: BM25Index | None = None
+    turn_session: list[int] = field(default_factory=list)
+    pieces: list[Piece] = field(default_factory=list)
+    vectors: np.ndarray | None = None
+
+
+def feedback_source(settings: RetrievalSettings) -> str:
+    """The first-pass signal of the feedback signals."""
+    s = settings
+    return "dense" if s.feedback_source == "dense" and s.use_dense else "bm25_user"
+
+
+def build_corpus(sessions: Sequence[Session], settings: RetrievalSettings, *,
+                 encode: Encode | None = None,
+                 count_tokens: Callable[[str], int] | None = None, token_limit: int = 256,
+                 pieces: Sequence[Piece] | None = None,
+                 vectors: np.ndarray | None = None) -> Corpus:
+    """Stage 0. Dense pieces are cut here and encoded with ``encode`` unless ``pieces`` and
+    ``vectors`` are given (a store that persisted them)."""
+    c = settings
+    sess = tuple(sessions)
+    roles = has_chat_roles(sess)
+    corpus = Corpus(sess, roles)
+    need_user = (c.use_bm25_user or c.use_bm25_prf
+                 or ((c.use_dense_rocchio or c.use_bm25_prf)
+                     and feedback_source(c) == "bm25_user"))
+    if need_user:
+        corpus.bm25_user = BM25Index([user_document(s, roles) for s in sess],
+                                     k1=c.bm25_k1, b=c.bm25_b)
+    if c.use_bm25_assistant and roles:
+        corpus.bm25_assistant = BM25Index([assistant_document(s, roles) for s in sess],
+                                          k1=c.bm25_k1, b=c.bm25_b)
+    if c.use_bm25_turn:
+        docs = []
+        for si, s in enumerate(sess):
+            for t in user_turns(s, roles):
+                docs.append(t.content)
+                corpus.turn_session.append(si)
+        corpus.bm25_turn = BM25Index(docs, k1=c.bm25_k1, b=c.bm25_b)
+    if c.use_dense:
+        if pieces is not None:
+            if vectors is None:
+                raise ValueError("build_corpus: pieces given without their vectors")
+            corpus.pieces, corpus.vectors = list(pieces), vectors
+        else:
+            if encode is None:
+                raise ValueError("build_corpus: use_dense needs an encoder")
+            corpus.pieces = user_pieces(sess, c.dense_piece_words, c.dense_piece_overlap,
+                                        count_tokens, token_limit,
+                                        role="user" if roles else None)
+            corpus.vectors = encode([p.text for p in corpus.pieces])
+    return corpus
+
+
+@dataclass
+class QuestionState:
+    """Everything the stages compute for one question over one corpus."""
+
+    question_id: str
+    text: str
+    question_date: str
+    settings: RetrievalSettings
+    corpus: Corpus
+    qtrace: QuestionTrace = field(default_factory=lambda: QuestionTrace())
+    traces: list[SessionTrace] = field(default_factory=list)
+    q_vec: np.ndarray | None = None
+    signals: dict[str, F.Signal] = field(default_factory=dict)
+    fused: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    fused_order: list[int] = field(default_factory=list)
+    fused_rank: dict[int, int] = field(default_factory=dict)
+    window: Any = None
+    in_window: list[bool | None] = field(default_factory=list)
+    mult: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    tscore: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    t_order: list[int] = field(default_factory=list)
+    t_rank: dict[int, int] = field(default_factory=dict)
+    raw: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    final: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    reranked: set[int] = field(default_factory=set)
+    rerank_rank: dict[int, int] = field(default_factory=dict)
+    order: list[int] = field(default_factory=list)
+    moved: bool = False
+
+    @property
+    def n(self) -> int:
+        return len(self.corpus.sessions)
+
+
+def window_trace(window: Any) -> dict[str, str] | None:
+    if window is None:
+        return None
+    return {"start": window.start.isoformat(), "end": window.end.isoformat(),
+            "expression": window.expression, "kind": window.kind}
+
+
+def new_state(question_id: str, text: str, question_date: str, settings: RetrievalSettings,
+              corpus: Corpus) -> QuestionState:
+    """The state before any stage, with the question trace's settings part and time window
+    (resolved here: it depends on the question alone)."""
+    from engram_eval.retrieval.temporal import safe_time_window
+
+    c = settings
+    window, status = safe_time_window(text, question_date)
+    st = QuestionState(question_id, text, question_date, c, corpus)
+    st.window = window
+    st.qtrace = QuestionTrace(signals=[], fusion=c.fusion_spec(),
+                              time_window=window_trace(window), temporal_status=status,
+                              temporal=c.temporal, temporal_boost=c.temporal_boost,
+                              chat_roles=corpus.chat_roles)
+    st.traces = [SessionTrace() for _ in range(st.n)]
+    return st
+
+
+def signals_stage(st: QuestionState, encode: Encode | None) -> None:
+    """Stage 1: ``st.signals`` (name -> Signal) for every switched-on signal computable on
+    this corpus, each traced (raw score and rank among informative sessions)."""
+    c = st.settings
+    corpus = st.corpus
+    n = st.n
+    out: dict[str, F.Signal] = {}
+    info: dict[str, Any] = {}
+    q = st.text
+    if c.use_dense:
+        assert encode is not None and corpus.vectors is not None
+        st.q_vec = encode([q])[0]
+        ds = session_scores(corpus.pieces, corpus.vectors, st.q_vec, n, c.dense_aggregate)
+        out["dense"] = F.Signal(ds.scores, np.array([k > 0 for k in ds.n_pieces], dtype=bool))
+    user_scores = None
+    if corpus.bm25_user is not None:
+        user_scores = corpus.bm25_user.scores(q)
+        if c.use_bm25_user:
+            out["bm25_user"] = F.Signal(user_scores, user_scores > 0)
+    if corpus.bm25_assistant is not None:
+        s = corpus.bm25_assistant.scores(q)
+        out["bm25_assistant"] = F.Signal(s, s > 0)
+    if corpus.bm25_turn is not None:
+        ts = corpus.bm25_turn.scores(q)
+        best = np.zeros(n, dtype=np.float64)
+        for t, si in enumerate(corpus.turn_session):
+            if ts[t] > best[si]:
+                best[si] = ts[t]
+        out["bm25_turn"] = F.Signal(best, best > 0)
+    if c.use_bm25_prf or c.use_dense_rocchio:
+        from engram_eval.retrieval import feedback as FB
+
+        source = feedback_source(c)
+        if source == "dense":
+            first = out["dense"]
+        else:
+            assert user_scores is not None
+            first = F.Signal(user_scores, user_scores > 0)
+        ranks = F.signal_ranks(first.scores, first.informative)
+        top = sorted((r, i) for i, r in enumerate(ranks) if r is not None)
+        fb = [i for _, i in top[: c.feedback_docs]]
+        info = {"source": source, "sessions": [corpus.sessions[i].session_id for i in fb]}
+        if c.use_bm25_prf:
+            assert corpus.bm25_user is not None
+            q_tokens = tokenize(q)
+            terms = FB.expansion_terms(q_tokens, [corpus.bm25_user.tokens[i] for i in fb],
+                                       corpus.bm25_user.idf, c.prf_terms)
+            s = corpus.bm25_user.scores_tokens(q_tokens + terms)
+            out["bm25_prf"] = F.Signal(s, s > 0)
+            info["terms"] = terms
+        if c.use_dense_rocchio:
+            q_vec = st.q_vec
+            assert q_vec is not None and corpus.vectors is not None
+            pieces = corpus.pieces
+            sims = (np.asarray(corpus.vectors, dtype=np.float32) @ q_vec.astype(np.float32)
+                    if len(pieces) else np.zeros(0, dtype=np.float32))
+            best_p = FB.best_pieces([p.session_index for p in pieces], sims, fb)
+            q2 = FB.rocchio_query(q_vec, np.asarray(corpus.vectors)[best_p]
+                                  if best_p else np.zeros((0, len(q_vec))), c.rocchio_beta)
+            rs = session_scores(pieces, corpus.vectors, q2, n, c.dense_aggregate)
+            out["dense_rocchio"] = F.Signal(rs.scores, np.array(
+                [k > 0 for k in rs.n_pieces], dtype=bool))
+    st.signals = out
+    st.qtrace["signals"] = F._canonical(list(out))
+    if info:
+        st.qtrace["feedback"] = info
+    trace_signals(st)
+
+
+def trace_signals(st: QuestionState) -> None:
+    """Each signal's raw score and rank (among informative sessions) into the traces."""
+    for name in st.qtrace["signals"]:
+        sig = st.signals[name]
+        ranks = F.signal_ranks(sig.scores, sig.informative)
+        for i in range(st.n):
+            tr: dict[str, Any] = st.traces[i]  # type: ignore[assignment]
+            tr[name] = float(sig.scores[i])
+            tr[name + "_rank"] = ranks[i]
+
+
+def fusion_stage(st: QuestionState) -> None:
+    """Stage 2: the fused score, the prior order and the prior rank of every session."""
+    c = st.settings
+    st.fused = F.fuse(st.signals, method=c.fusion, weights=c.weights(), k=c.rrf_k,
+                      normalisation=c.normalisation)
+    st.fused_order = F.order(st.fused)
+    st.fused_rank = F.rank_of(st.fused_order)
+
+
+def locate_in_window(st: QuestionState) -> None:
+    """Stage 3a: ``in_window`` per session (None without a window or a parseable date)."""
+    from engram_eval.retrieval.temporal import parse_date
+
+    st.in_window = [None] * st.n
+    if st.window is not None:
+        for i, s in enumerate(st.corpus.sessions):
+            d = parse_date(s.date)
+            if d is not None:
+                st.in_window[i] = st.window.contains(d)
+
+
+def boost_stage(st: QuestionState) -> None:
+    """Stage 3b: the multiplier (``temporal_boost`` once per session inside the window when
+    ``temporal`` is on), the boosted prior and its order. Without a rerank these are final."""
+    c = st.settings
+    st.mult = np.ones(st.n, dtype=np.float64)
+    if c.temporal:
+        for i, inside in enumerate(st.in_window):
+            if inside:
+                st.mult[i] = float(c.temporal_boost)
+    st.tscore = F.temporal_scores(st.fused, st.mult)
+    st.t_order = F.order(st.tscore)
+    st.t_rank = F.rank_of(st.t_order)
+    st.raw = st.fused.copy()
+    st.final = st.tscore.copy()
+    st.order = sorted(range(st.n), key=lambda i: (True, -float(st.final[i]), i))
+
+
+def temporal_stage(st: QuestionState) -> None:
+    """Stage 3: :func:`locate_in_window` then :func:`boost_stage`."""
+    locate_in_window(st)
+    boost_stage(st)
+
+
+def rerank_document(session: Session, chat_roles: bool) -> str:
+    """The text given to the cross-encoder: user text, a blank line, assistant text; for a
+    corpus without chat roles (``chat_roles`` False, decided once per corpus), every turn in
+    order. Passage offsets in traces refer to this string."""
+    if not chat_roles:
+        return session.text()
+    return session.user_text + "\n\n" + session.assistant_text
+
+
+def cross_scores(st: QuestionState, cands: list[int], score_pairs: ScorePairs
+                 ) -> dict[int, float]:
+    """Raw cross-encoder scores of ``cands`` with the passage fallback (stage 4's model
+    part): when every base sigmoid is under ``passage_floor``, each candidate with a focused
+    excerpt has it scored too and the larger raw score survives (both traced)."""
+    from engram_eval.retrieval.rerank import sigmoid
+
+    c = st.settings
+    q = st.text
+    docs = {i: rerank_document(st.corpus.sessions[i], st.corpus.chat_roles) for i in cands}
+    base = score_pairs([(q, docs[i]) for i in cands])
+    raw = dict(zip(cands, base, strict=False))
+    for i in cands:
+        st.traces[i]["base_raw_score"] = raw[i]
+    if c.passage_fallback and all(sigmoid(x) < c.passage_floor for x in base):
+        from engram_eval.retrieval.passages import select_excerpt
+
+        excerpts = {}
+        for i in cands:
+            ex = select_excerpt(q, docs[i], max_words=c.passage_max_words)
+            if ex is not None:
+                excerpts[i] = ex
+        if excerpts:
+            ids = list(excerpts)
+            ex_raw = score_pairs([(q, excerpts[i].text) for i in ids])
+            for i, x in zip(ids, ex_raw, strict=False):
+                ex = excerpts[i]
+                st.traces[i]["passage"] = {"base_raw_score": raw[i], "excerpt_raw_score": x,
+                                           "source_start": ex.start, "source_end": ex.end,
+                                           "passage_words": ex.words}
+                raw[i] = max(raw[i], x)
+    return raw
+
+
+def rerank_stage(st: QuestionState, score_pairs: ScorePairs) -> None:
+    """Stage 4: ``score = ((1 - fusion_alpha) * sigmoid(raw) + fusion_alpha * prior) *
+    temporal`` for the best ``rerank_candidates`` fused candidates, ``prior = 1 -
+    (fused_rank - 1) / n_candidates``; the others keep their temporal score shifted below
+    every reranked one (``t - max(t over not reranked) - 1``). Order: reranked first, then
+    score, then corpus order."""
+    from engram_eval.retrieval.rerank import sigmoid
+
+    c = st.settings
+    n = st.n
+    cands = st.fused_order[: c.rerank_candidates]
+    raw_scores = cross_scores(st, cands, score_pairs)
+    for i in cands:
+        prior = 1.0 - (st.fused_rank[i] - 1) / len(cands)
+        st.raw[i] = raw_scores[i]
+        base = (1 - c.fusion_alpha) * sigmoid(raw_scores[i]) + c.fusion_alpha * prior
+        st.final[i] = base * st.mult[i]
+        st.reranked.add(i)
+    rest = [i for i in range(n) if i not in st.reranked]
+    if rest:
+        top_rest = max(float(st.tscore[i]) for i in rest)
+        for i in rest:
+            st.final[i] = st.tscore[i] - top_rest - 1.0
+    rr = F.rank_of(F.order([st.final[i] for i in cands]))
+    st.rerank_rank = {cands[j]: r for j, r in rr.items()}
+    st.order = sorted(range(n), key=lambda i: (i not in st.reranked, -float(st.final[i]), i))
+
+
+def coverage_stage(st: QuestionState) -> None:
+    """Stage 5: keep the temporal leader inside the first ``result_k``; a moved leader gets
+    the midpoint of its new neighbours' scores (scores stay non-increasing)."""
+    c = st.settings
+    leader = st.t_order[0]
+    st.order, st.moved = preserve_prior_leader(st.order, leader, c.result_k)
+    if st.moved:
+        pos = st.order.index(leader)
+        above = float(st.final[st.order[pos - 1]])
+        below = float(st.final[st.order[pos + 1]])
+        st.traces[leader]["pre_coverage_score"] = float(st.final[leader])
+        st.final[leader] = above if above == below else below + (above - below) / 2.0
+
+
+def finish(st: QuestionState) -> list[tuple[int, SessionTrace]]:
+    """Stage 6: ``(corpus index, trace)`` in final order, each trace completed."""
+    out = []
+    leader = st.t_order[0] if st.t_order else None
+    for i in st.order:
+        t = st.traces[i]
+        t.update({"corpus_index": i, "fused": float(st.fused[i]),
+                  "fused_rank": st.fused_rank[i], "prior_rank": st.fused_rank[i],
+                  "temporal": float(st.mult[i]), "in_window": st.in_window[i],
+                  "temporal_rank": st.t_rank[i], "reranked": i in st.reranked,
+                  "rerank_rank": st.rerank_rank.get(i), "raw_score": float(st.raw[i]),
+                  "final_score": float(st.final[i])})
+        if st.moved and i == leader:
+            t["moved_by_coverage"] = True
+        out.append((i, t))
+    return out
+
+
+def run_pipeline(question_id: str, text: str, question_date: str,
+                 settings: RetrievalSettings, corpus: Corpus, *,
+                 encode: Encode | None = None,
+                 score_pairs: ScorePairs | None = None) -> QuestionState:
+    """Every stage in order for one question over ``corpus``; the state holds the result
+    (``order``, ``final``) and the traces. An empty corpus stops after the question trace."""
+    st = new_state(question_id, text, question_date, settings, corpus)
+    if st.n == 0:
+        return st
+    signals_stage(st, encode)
+    fusion_stage(st)
+    temporal_stage(st)
+    if settings.rerank:
+        if score_pairs is None:
+            raise ValueError("run_pipeline: rerank needs a cross-encoder")
+        rerank_stage(st, score_pairs)
+        if settings.preserve_prior:
+            coverage_stage(st)
+    return st
+
+
+def rescore(signals: dict[str, F.Signal], in_window: Sequence[bool | None],
+            settings: RetrievalSettings) -> tuple[list[int], np.ndarray]:
+    """Stages 2-3 from stored signals and window membership (what ``tune`` re-fuses):
+    ``(order, final scores)`` exactly as a run without a rerank computes them."""
+    n = len(in_window)
+    corpus = Corpus(tuple(Session(str(i), "", ()) for i in range(n)), True)
+    st = QuestionState("", "", "", settings, corpus)
+    st.signals = dict(signals)
+    st.in_window = list(in_window)
+    fusion_stage(st)
+    boost_stage(st)
+    return st.order, st.final

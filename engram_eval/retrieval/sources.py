@@ -1,0 +1,47 @@
+"""The retrieval layer's source files: what each retriever hashes into a run's provenance.
+
+A retriever names its own modules (``Retriever.source_modules()`` returns one of these
+lists); :mod:`engram_eval.provenance.sources` adds the run machinery (benchmark runs) or the
+production modules (production manifests) around them. Retrieval never imports provenance,
+so the lists are plain constants here: repository-relative paths, as recorded in sidecars.
+
+Each list must cover every ``engram_eval.retrieval`` module its retriever imports, top-level
+or lazily inside a function (e.g. :mod:`.cache`, which decodes every cached vector a run
+uses): ``tests/test_source_closure.py`` computes the import closures and fails, naming the
+module, when one is missing.
+"""
+
+from __future__ import annotations
+
+#: Every retriever: the package, this file, the protocol/registry and model resolution.
+_COMMON = (
+    "engram_eval/retrieval/__init__.py",
+    "engram_eval/retrieval/sources.py",
+    "engram_eval/retrieval/base.py",
+    "engram_eval/retrieval/models.py",
+)
+
+#: The retrieval pipeline (``hybrid``, ``bm25``, ``dense`` retrievers; production search).
+PIPELINE_SOURCES: tuple[str, ...] = (
+    *_COMMON,
+    "engram_eval/retrieval/hybrid.py",
+    "engram_eval/retrieval/pipeline.py",
+    "engram_eval/retrieval/settings.py",
+    "engram_eval/retrieval/fusion.py",
+    "engram_eval/retrieval/feedback.py",
+    "engram_eval/retrieval/bm25.py",
+    "engram_eval/retrieval/dense.py",
+    "engram_eval/retrieval/embeddings.py",
+    "engram_eval/retrieval/onnx_export.py",
+    "engram_eval/retrieval/cache.py",
+    "engram_eval/retrieval/temporal.py",
+    "engram_eval/retrieval/rerank.py",
+    "engram_eval/retrieval/passages.py",
+    "engram_eval/retrieval/coverage.py",
+)
+
+#: ``flat-bm25`` (:class:`engram_eval.retrieval.bm25.FlatBM25`).
+FLAT_BM25_SOURCES: tuple[str, ...] = (*_COMMON, "engram_eval/retrieval/bm25.py")
+
+#: ``dummy`` (:class:`engram_eval.retrieval.dummy.DummyRetriever`).
+DUMMY_SOURCES: tuple[str, ...] = (*_COMMON, "engram_eval/retrieval/dummy.py")

@@ -1,0 +1,150 @@
+"""Reading a finished run: ``read_run(path) -> FinishedRun``.
+
+Every command that reads a finished result (``verify``, ``export``, ``trec``, ``compare``,
+``analyze``, ``plot``, ``tune``) reads it here, so they agree on what a finished run is:
+
+* the rows, parsed strictly by :func:`engram_eval.runs.rows.scan_rows` (plain or gzipped; a
+  malformed row, a duplicate question id, or a torn last line is refused) and their hash
+  (sha256 of the uncompressed bytes);
+* the metadata sidecar ``<result>.metadata.json``: with ``require_sidecar`` it must exist and
+  pass the schema (:func:`engram_eval.provenance.sidecar.read_sidecar`); without, it is read
+  when present as plain JSON (the analysis commands need only a few of its fields, and accept
+  runs published with a summary alone);
+* the summary ``<result>.summary.json``, when present; a summary that records a rows hash
+  other than the rows' is refused, and so is a summary and sidecar naming different dataset
+  hashes.
+
+``verify`` reports each of these as a check instead of stopping at the first, so it calls
+the steps (:func:`read_metadata`, :func:`read_rows`, :func:`read_summary`) one by one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engram_eval.errors import ProvenanceError
+from engram_eval.provenance.sidecar import read_sidecar, sidecar_path, summary_path
+from engram_eval.runs.rows import RowScan, scan_rows
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """A finished result file and what its sidecar and summary say about it."""
+
+    path: Path
+    rows: list[dict[str, Any]]
+    rows_sha256: str  # sha256 of the uncompressed rows bytes
+    sidecar: dict[str, Any] | None  # the metadata sidecar (None: absent and not required)
+    summary: dict[str, Any] | None  # the summary (None: absent)
+    dataset_name: str | None
+    dataset_sha256: str | None
+    fingerprint: str | None
+    retriever: str | None
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The sidecar, for a run read with ``require_sidecar`` (else ProvenanceError when
+        the run has none)."""
+        if self.sidecar is None:
+            raise ProvenanceError(f"{sidecar_path(self.path)}: metadata sidecar is missing")
+        return self.sidecar
+
+    @property
+    def label(self) -> str:
+        return self.path.name
+
+    @property
+    def default_protocol(self) -> str:
+        """``locomo`` when the rows are scored under it, else ``answerable``."""
+        return default_protocol(self.rows)
+
+    def dataset(self) -> dict[str, Any]:
+        """``{"name", "sha256"}`` of the dataset the run was made over."""
+        return {"name": self.dataset_name, "sha256": self.dataset_sha256}
+
+    def describe(self) -> dict[str, Any]:
+        return {"path": str(self.path), "label": self.label, "rows_sha256": self.rows_sha256,
+                "fingerprint": self.fingerprint, "retriever": self.retriever,
+                "dataset": self.dataset_name, "dataset_sha256": self.dataset_sha256,
+                "n_rows": len(self.rows)}
+
+
+def default_protocol(rows: list[dict[str, Any]]) -> str:
+    first = rows[0]["metrics"] if rows else {}
+    return "locomo" if isinstance(first, dict) and "locomo" in first else "answerable"
+
+
+def _read_json_object(path: Path, what: str) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ProvenanceError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise ProvenanceError(f"{path}: the {what} is not a JSON object")
+    return obj
+
+
+def read_metadata(result: str | Path) -> dict[str, Any]:
+    """The run's metadata sidecar, which must exist and pass the schema."""
+    return read_sidecar(result)
+
+
+def read_summary(result: str | Path) -> dict[str, Any] | None:
+    """The run's summary (``None`` when absent; ProvenanceError when unreadable)."""
+    return _read_json_object(summary_path(result), "summary")
+
+
+def read_rows(result: str | Path, *, allowed_ids: Iterable[str] | None = None) -> RowScan:
+    """Every row and the rows hash; a torn last line (an unfinished run) is refused."""
+    scan = scan_rows(result, allowed_ids=allowed_ids)
+    if scan.torn_bytes:
+        raise ProvenanceError(f"{result}: the last line is torn ({scan.torn_bytes} bytes); the "
+                              "run is incomplete (finish it with --resume first)")
+    return scan
+
+
+def read_run(path: str | Path, *, require_sidecar: bool = False,
+             within_selection: bool = False) -> FinishedRun:
+    """Read a finished run (see the module docstring).
+
+    ``require_sidecar``: the sidecar must exist and pass the schema. ``within_selection``
+    (implies ``require_sidecar``): a row whose question is outside the sidecar's selection is
+    refused."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: no such result file")
+    sidecar = (read_metadata(p) if require_sidecar or within_selection
+               else _read_json_object(sidecar_path(p), "sidecar"))
+    allowed = sidecar["selection"]["ids"] if within_selection and sidecar else None
+    scan = read_rows(p, allowed_ids=allowed)
+    summary = read_summary(p)
+    recorded = (summary or {}).get("rows_sha256")
+    if recorded and recorded != scan.sha256:
+        raise ProvenanceError(f"{summary_path(p)}: records rows_sha256 {recorded} but the rows "
+                              f"of {p} hash to {scan.sha256}; the summary does not describe "
+                              "them")
+    shas: dict[str, str] = {}
+    name = None
+    if summary and summary.get("dataset_sha256"):
+        shas["summary"] = summary["dataset_sha256"]
+        name = summary.get("dataset")
+    ds = (sidecar or {}).get("dataset")
+    if isinstance(ds, dict) and ds.get("sha256"):
+        shas["sidecar"] = ds["sha256"]
+        name = name or ds.get("name")
+    if len(set(shas.values())) > 1:
+        raise ProvenanceError(f"{p}: its summary and sidecar name different dataset hashes "
+                              f"({shas['summary']} vs {shas['sidecar']})")
+    fp = (summary or {}).get("fingerprint") or (sidecar or {}).get("fingerprint")
+    retr = (summary or {}).get("retriever")
+    described = (sidecar or {}).get("retriever")
+    if retr is None and isinstance(described, dict):
+        retr = described.get("retriever")
+    return FinishedRun(p, scan.rows, scan.sha256, sidecar, summary, name,
+                       next(iter(shas.values()), None), fp, retr)
