@@ -308,11 +308,16 @@ def production_worker(args: argparse.Namespace) -> int:
     sidecar = Path(args.recorded + ".metadata.json")
     recorded = (json.loads(sidecar.read_text(encoding="utf-8"))["manifest"]["settings"]
                 if sidecar.is_file() else recorded_doc["settings"])
-    names = {f.name for f in dataclasses.fields(ProductionSettings)}
-    kwargs = {k: v for k, v in recorded.items() if k in names}
-    if kwargs.get("calibration") == DEFAULT_CALIBRATION:
-        kwargs["calibration"] = ""  # the packaged calibration (what the published run used)
-    engine = Engine(ProductionSettings(**kwargs))
+    if hasattr(ProductionSettings, "from_recorded"):
+        # after the layout step: the recorded (older, flat) settings are mapped onto the
+        # retrieval settings + gate, and name their calibration (calibration_v1.json) by path
+        engine = Engine(ProductionSettings.from_recorded(recorded))
+    else:
+        names = {f.name for f in dataclasses.fields(ProductionSettings)}
+        kwargs = {k: v for k, v in recorded.items() if k in names}
+        if kwargs.get("calibration") == DEFAULT_CALIBRATION:
+            kwargs["calibration"] = ""  # the packaged calibration (what the run used)
+        engine = Engine(ProductionSettings(**kwargs))
     cal_sha = None
     if not engine.settings.rerank:
         engine.calibration()  # checked against the model files and settings, as a run does

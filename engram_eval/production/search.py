@@ -100,7 +100,14 @@ class Engine:
         return self.retriever.models()
 
     def calibration_path(self) -> Path:
-        return Path(self.settings.calibration or package_root() / DEFAULT_CALIBRATION)
+        """The calibration file: ``settings.calibration`` (a path inside the package, such
+        as a recorded ``engram_eval/production/calibration_v1.json``, is read from the
+        package, wherever the process runs), else the packaged default."""
+        cal = self.settings.calibration or DEFAULT_CALIBRATION
+        p = Path(cal)
+        if not p.is_absolute() and p.parts[:1] == ("engram_eval",):
+            return package_root() / p
+        return p
 
     def calibration(self) -> Calibration:
         """The offline calibration, checked against this engine's model files and settings."""
