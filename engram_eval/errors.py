@@ -38,3 +38,31 @@ class ProvenanceError(EngramEvalError):
 
 class ModelUnavailableError(EngramEvalError):
     """A model is not available offline; the message says how to provide it."""
+
+
+class StorageError(EngramEvalError, OSError):
+    """Writing an output failed at the operating-system level (read-only file system, disk
+    full, name too long, a parent that is a file, permission denied).
+
+    The message names the path and says what to do; ``errno`` keeps the original error
+    number. It is also an :class:`OSError`, so code that handles OS errors still does."""
+
+    def __init__(self, path: str | Path, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.path = str(path)
+        self.errno = errno
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class CacheError(EngramEvalError):
+    """An entry of the embedding/score cache fails its checksum (the stored value was changed
+    after it was written). ``path`` is the cache file, ``key`` the entry; the message says how
+    to go around it (``--no-use-cache``) or rebuild it (delete the cache directory)."""
+
+    def __init__(self, path: str | Path, key: str, message: str) -> None:
+        self.path = str(path)
+        self.key = key
+        super().__init__(message)

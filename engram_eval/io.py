@@ -1,7 +1,16 @@
-"""Small file helpers: atomic replacement, exclusive creation, hashing, JSON lines."""
+"""Small file helpers: atomic replacement, exclusive creation, hashing, JSON lines.
+
+Operating-system failures while writing (read-only file system, disk full, a name too
+long, a parent that is a file, permission denied) surface as one :class:`WriteError` (an
+``OSError`` whose message names the output path and what is wrong; :func:`storage_errors`),
+never as a raw ``OSError`` chain. The layers above turn it into
+:class:`engram_eval.errors.StorageError` with a hint of what to do (this module sits beside
+``errors`` and may not import it).
+"""
 
 from __future__ import annotations
 
+import errno as _errno
 import hashlib
 import json
 import os
@@ -30,8 +39,178 @@ def sha256_json(obj: Any) -> str:
     return hashlib.sha256(canonical_json(obj).encode("ascii")).hexdigest()
 
 
+# -- operating-system errors ---------------------------------------------------------------
+class WriteError(OSError):
+    """An operating-system failure while writing ``path``; ``str()`` is one line naming the
+    path and what is wrong, ``errno`` the original error number."""
+
+    def __init__(self, path: str | Path, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.path = str(path)
+        self.message = message
+        self.errno = errno
+
+    def __str__(self) -> str:
+        return self.message
+
+
+#: errno values that say "this output cannot be written there" (mapped to WriteError).
+STORAGE_ERRNOS = frozenset(
+    getattr(_errno, n) for n in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS", "EACCES", "EPERM",
+                                 "ENAMETOOLONG", "ENOTDIR", "ELOOP", "EISDIR", "EEXIST")
+    if hasattr(_errno, n))
+_FULL = frozenset(getattr(_errno, n) for n in ("ENOSPC", "EDQUOT", "EFBIG") if hasattr(_errno, n))
+
+
+def _existing_ancestor(path: Path) -> Path:
+    p = Path(os.path.abspath(path))
+    while not os.path.lexists(p) and p != p.parent:
+        p = p.parent
+    return p
+
+
+def blocking_file(path: str | Path) -> Path | None:
+    """The first ancestor of ``path`` that exists but is not a directory (None if none)."""
+    p = Path(os.path.abspath(path)).parent
+    while True:
+        if os.path.lexists(p):
+            return None if p.is_dir() else p
+        if p == p.parent:
+            return None
+        p = p.parent
+
+
+def name_max(path: str | Path) -> int:
+    """The longest file name (bytes) the file system holding ``path`` allows (255 if unknown)."""
+    anc = _existing_ancestor(Path(path))
+    try:
+        return int(os.pathconf(anc if anc.is_dir() else anc.parent, "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return 255
+
+
+def describe_os_error(e: OSError, path: str | Path) -> str:
+    """What went wrong, in words, for an ``OSError`` met while writing ``path``."""
+    code = e.errno
+    if code in _FULL:
+        what = {getattr(_errno, "EDQUOT", -1): "disk quota exceeded",
+                _errno.EFBIG: "file too large for the file system"}.get(code, "no space left on "
+                                                                         "device")
+        return what
+    if code == _errno.EROFS:
+        return "read-only file system"
+    if code in (_errno.EACCES, _errno.EPERM):
+        return "permission denied"
+    if code == _errno.ENAMETOOLONG:
+        parts = [x for x in Path(os.path.abspath(path)).parts if x != "/"]
+        longest = max(parts, key=lambda x: len(os.fsencode(x)), default=str(path))
+        shown = longest if len(longest) <= 40 else longest[:40] + "..."
+        return (f"file name too long ({len(os.fsencode(longest))} bytes in {shown!r}; this "
+                f"file system allows {name_max(path)} per name)")
+    if code in (_errno.ENOTDIR, _errno.EEXIST):
+        blocker = blocking_file(path)
+        if blocker is not None:
+            return f"{blocker} is a file, not a directory"
+    if code == _errno.ELOOP:
+        return "too many levels of symbolic links"
+    if code == _errno.EISDIR:
+        return "it is a directory"
+    return e.strerror or str(e)
+
+
+def _own_message(e: BaseException) -> bool:
+    """Whether ``e`` already says what is wrong in one line naming its path (a WriteError,
+    or a StorageError of a layer above): that message is kept."""
+    return isinstance(getattr(e, "message", None), str)
+
+
+def storage_message(e: OSError, path: str | Path, action: str = "write",
+                    hint: str = "") -> str:
+    """"cannot ACTION PATH: what is wrong[; hint]" for ``e`` (an error that already says so
+    keeps its message, with ``hint`` added)."""
+    msg = str(e) if _own_message(e) else f"cannot {action} {path}: {describe_os_error(e, path)}"
+    if hint and hint not in msg:
+        msg += f"; {hint}"
+    return msg
+
+
+def storage_error(e: OSError, path: str | Path, action: str = "write", hint: str = "",
+                  cls: type[OSError] | None = None) -> OSError:
+    """A :class:`WriteError` (or ``cls``, built as ``cls(path, message, errno)``: the layers
+    above pass :class:`engram_eval.errors.StorageError`) for ``e``: "cannot ACTION PATH: what
+    is wrong[; hint]". An error that already says so and carries ``hint`` is returned as it
+    is (a StorageError is never turned back into a WriteError)."""
+    if _own_message(e) and (not hint or hint in str(e)) and (
+            cls is None or isinstance(e, cls) or not isinstance(e, WriteError)):
+        return e
+    return (cls or WriteError)(getattr(e, "path", None) or path,  # type: ignore[call-arg]
+                               storage_message(e, path, action, hint), e.errno)
+
+
+def is_storage_error(e: BaseException) -> bool:
+    """True for an ``OSError`` that says an output cannot be written there (a
+    :class:`WriteError` included; an exclusive-creation refusal, FileExistsError, not)."""
+    if isinstance(e, WriteError):
+        return True
+    if not isinstance(e, OSError) or isinstance(e, FileExistsError):
+        return False
+    return e.errno in STORAGE_ERRNOS
+
+
+@contextmanager
+def storage_errors(path: str | Path, action: str = "write", hint: str = "",
+                   cls: type[OSError] | None = None) -> Iterator[None]:
+    """Turn an operating-system write failure inside the block into one :class:`WriteError`
+    (or ``cls``, see :func:`storage_error`) naming ``path``; other exceptions pass through."""
+    try:
+        yield
+    except OSError as e:
+        if is_storage_error(e):
+            made = storage_error(e, path, action, hint, cls)
+            if made is e:
+                raise
+            raise made from None
+        raise
+
+
+def make_parent(path: str | Path) -> None:
+    """Create the directory that will hold ``path`` (and its parents), with a clear error
+    when a parent is a file or cannot be created."""
+    parent = Path(path).parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        if isinstance(e, FileExistsError) or e.errno in STORAGE_ERRNOS:
+            raise WriteError(path, f"cannot create {path}: "
+                             + describe_os_error(OSError(e.errno, e.strerror), path),
+                             e.errno) from None
+        raise
+
+
+def check_name_lengths(paths: Iterator[str | Path] | list[Path] | tuple[Path, ...],
+                       hint: str = "choose a shorter output name") -> None:
+    """Refuse, before anything is written, a path whose file name is longer than its file
+    system allows (an output's sidecar adds ``.metadata.json`` to its name)."""
+    for p in paths:
+        p = Path(p)
+        n = len(os.fsencode(p.name))
+        limit = name_max(p)
+        if n > limit:
+            raise WriteError(p, f"cannot create {p}: file name too long ({n} bytes; this file "
+                             f"system allows {limit} per name); {hint}", _errno.ENAMETOOLONG)
+
+
+def _temp_prefix(name: str) -> str:
+    """``.NAME.`` for a temporary file beside NAME, cut so the temporary name (prefix, 8
+    random characters, ``.tmp``) stays under the usual 255-byte limit."""
+    raw = os.fsencode(name)
+    if len(raw) > 200:
+        name = os.fsdecode(raw[:200])
+    return "." + name + "."
+
+
 def _write_temp(path: Path, data: bytes) -> str:
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -45,11 +224,19 @@ def _write_temp(path: Path, data: bytes) -> str:
 
 def atomic_write(path: str | Path, data: str | bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file and ``os.replace`` (readers see the
-    old or the new file, never a torn one). Use only for files this run owns."""
+    old or the new file, never a torn one). Use only for files this run owns.
+
+    A failure (disk full, read-only file system, ...) leaves ``path`` as it was, removes the
+    temporary file and raises one :class:`WriteError` naming ``path``."""
     p = Path(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    tmp = _write_temp(p, raw)
-    os.replace(tmp, p)
+    with storage_errors(p, "write"):
+        tmp = _write_temp(p, raw)
+        try:
+            os.replace(tmp, p)
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
 
 
 def exclusive_write(path: str | Path, data: str | bytes) -> None:
@@ -57,16 +244,44 @@ def exclusive_write(path: str | Path, data: str | bytes) -> None:
 
     The data goes to a temporary file first and is then hard-linked into place
     (``link`` fails when the target exists), so the file appears complete or not at all.
+    Operating-system failures raise one :class:`WriteError` naming ``path``.
     """
     p = Path(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    tmp = _write_temp(p, raw)
+    with storage_errors(p, "create"):
+        tmp = _write_temp(p, raw)
+        try:
+            os.link(tmp, p)
+        except FileExistsError:
+            raise FileExistsError(f"{p} already exists; refusing to overwrite") from None
+        finally:
+            _unlink_quietly(tmp)
+
+
+def _unlink_quietly(path: str | Path) -> None:
     try:
-        os.link(tmp, p)
-    except FileExistsError:
-        raise FileExistsError(f"{p} already exists; refusing to overwrite") from None
-    finally:
-        os.unlink(tmp)
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class _GuardedFile:
+    """A binary file whose write/flush failures are WriteErrors naming the final path."""
+
+    def __init__(self, f: IO[bytes], path: Path) -> None:
+        self._f = f
+        self._path = path
+
+    def write(self, data: Any) -> int:
+        with storage_errors(self._path, "write"):
+            return self._f.write(data)
+
+    def flush(self) -> None:
+        with storage_errors(self._path, "write"):
+            self._f.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
 
 
 @contextmanager
@@ -78,32 +293,40 @@ def streaming_write(path: str | Path, *, exclusive: bool = True,
     mtime 0 so equal content gives equal bytes, when ``gzip_output``). When the block exits
     normally the data is fsynced and the file appears at ``path`` in one step: hard-linked
     (``exclusive``: FileExistsError when ``path`` exists, nothing overwritten) or
-    ``os.replace``-d. On any error the temporary file is removed and ``path`` is untouched.
+    ``os.replace``-d. On any error the temporary file is removed and ``path`` is untouched;
+    a write failure of the operating system (disk full, ...) is one :class:`WriteError`
+    naming ``path``.
     """
     import gzip
 
     p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix="." + p.name + ".", suffix=".tmp", dir=p.parent)
+    with storage_errors(p, "create"):
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(p.name), suffix=".tmp", dir=p.parent)
     raw = os.fdopen(fd, "wb")
+    sink: Any = _GuardedFile(raw, p)
     try:
         if gzip_output:
-            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=sink, mtime=0) as gz:
                 yield gz  # type: ignore[misc]
         else:
-            yield raw
-        raw.flush()
-        os.fsync(raw.fileno())
-        raw.close()
-        if exclusive:
-            try:
-                os.link(tmp, p)
-            except FileExistsError:
-                raise FileExistsError(f"{p} already exists; refusing to overwrite") from None
-        else:
-            os.replace(tmp, p)
+            yield sink
+        with storage_errors(p, "write"):
+            raw.flush()
+            os.fsync(raw.fileno())
+            raw.close()
+            if exclusive:
+                try:
+                    os.link(tmp, p)
+                except FileExistsError:
+                    raise FileExistsError(f"{p} already exists; refusing to overwrite") from None
+            else:
+                os.replace(tmp, p)
     finally:
         if not raw.closed:
-            raw.close()
+            try:
+                raw.close()
+            except OSError:
+                pass  # buffered bytes of a failed write; the file is removed below
         if os.path.exists(tmp):
             os.unlink(tmp)
 

@@ -7,6 +7,7 @@
 #                              dataset (verify_all), then `engram-eval compress` it, so only
 #                              NAME.jsonl.gz (+ .metadata.json, .summary.json) remain
 #   verify_all [RESULT ...]    verify every result in OUT (or the ones named) with --dataset
+#                              and --rerun $VERIFY_RERUN (K questions re-ranked, cache off)
 #   run_files NAME             every path a run NAME may write (plain and compressed)
 #   refuse_planned             refuse_existing for every file of the runs named in RUNS and of
 #                              the DERIVED files in OUT (each with its .metadata.json)
@@ -22,7 +23,9 @@
 #   PUBLISH_PYTHON      python for the table scripts (default .venv/bin/python)
 #   PUBLISH_RETRIEVER   replaces every run's --retriever (e.g. dummy, flat-bm25, bm25)
 #   PUBLISH_EXTRA_ARGS  appended to every run (word-split), e.g. "--limit 3"
+#   VERIFY_RERUN        questions `verify --rerun` re-ranks per result (default 3)
 set -o pipefail
+VERIFY_RERUN="${VERIFY_RERUN:-3}"
 ENGRAM_EVAL="${ENGRAM_EVAL:-.venv/bin/engram-eval}"
 PUBLISH_PYTHON="${PUBLISH_PYTHON:-.venv/bin/python}"
 read -r -a PUBLISH_EXTRA <<< "${PUBLISH_EXTRA_ARGS:-}"
@@ -112,7 +115,7 @@ verify_all() {
   fi
   for f in "$@"; do
     status=0
-    out=$("$ENGRAM_EVAL" verify "$f" --dataset "$DATA" 2>&1) || status=$?
+    out=$("$ENGRAM_EVAL" verify "$f" --dataset "$DATA" --rerun "$VERIFY_RERUN" 2>&1) || status=$?
     if [ "$status" -ne 0 ]; then
       printf '%s\n' "$out" >&2
       echo "verify_all: $f did not verify (exit status $status); stopping" >&2

@@ -75,6 +75,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -152,10 +153,10 @@ def _check_sources(sidecar: Path, root: Path) -> str | None:
 
 
 def ranking_jobs(root: Path, fixtures: Path, dev: Path | None, dev_limit: int,
-                 cross: Path | None) -> list[dict[str, Any]]:
+                 cross: Path | None, locomo_args: Sequence[str] = ()) -> list[dict[str, Any]]:
     datasets: list[tuple[str, Path, str, list[str]]] = [
         ("longmemeval_tiny", fixtures / "longmemeval_tiny.json", "longmemeval", []),
-        ("locomo_tiny", fixtures / "locomo_tiny.json", "locomo", [])]
+        ("locomo_tiny", fixtures / "locomo_tiny.json", "locomo", list(locomo_args))]
     if dev is not None:
         datasets.append((f"dev{dev_limit}", dev, "longmemeval", ["--limit", str(dev_limit)]))
     jobs = []
@@ -192,7 +193,8 @@ def produce(args: argparse.Namespace) -> int:
     env.pop("PYTHONPATH", None)
     log = []
     t_all = time.time()
-    for job in ranking_jobs(root, fixtures, dev, args.dev_limit, cross):
+    for job in ranking_jobs(root, fixtures, dev, args.dev_limit, cross,
+                            args.locomo_args.split() if args.locomo_args else ()):
         entry: dict[str, Any] = {"name": job["name"]}
         if job["skip"]:
             entry.update(status="skipped", why=job["skip"])
@@ -459,6 +461,10 @@ def main(argv: list[str] | None = None) -> int:
                     "runs (without it they are skipped)")
     pr.add_argument("--cache-dir", help="fresh embedding cache (default OUT/cache)")
     pr.add_argument("--fixtures", help="fixture directory (default ROOT/fixtures)")
+    pr.add_argument("--locomo-args", default="",
+                    help="extra run arguments for the LoCoMo jobs, e.g. '--protocol locomo' "
+                         "where a later default adds a protocol the earlier code lacked (the "
+                         "rows must then still match; the sidecar records the selection)")
     c = sub.add_parser("compare", help="compare two produce directories")
     c.add_argument("before")
     c.add_argument("after")

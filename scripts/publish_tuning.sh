@@ -46,7 +46,7 @@ echo "== 2. tuning run (every candidate signal computed and traced)"
 "$E" run "$TUNE" --output "$OUT/tuning_run.jsonl" "${COMMON[@]}" \
   --use-dense --use-bm25-user --use-bm25-assistant --use-bm25-turn --use-bm25-prf \
   --use-dense-rocchio --no-rerank | tail -n 3
-"$E" verify "$OUT/tuning_run.jsonl" --dataset "$TUNE" > /dev/null
+"$E" verify "$OUT/tuning_run.jsonl" --dataset "$TUNE" --rerun 3 > /dev/null
 
 echo "== 3. tune on the tuning run only"
 "$E" tune "$OUT/tuning_run.jsonl" --grid benchmarks/longmemeval/tune_grid.yaml \
@@ -85,7 +85,7 @@ for n in "${NAMES[@]}"; do
   # shellcheck disable=SC2086
   "$E" run "$HELD" --frozen-source "$OUT/heldout_$n.frozen.json" \
     --output "$OUT/heldout_$n.jsonl" "${COMMON[@]}" ${CFG[$n]} | tail -n 3
-  "$E" verify "$OUT/heldout_$n.jsonl" --dataset "$HELD" > /dev/null
+  "$E" verify "$OUT/heldout_$n.jsonl" --dataset "$HELD" --rerun 3 > /dev/null
   "$E" compress "$OUT/heldout_$n.jsonl" > /dev/null
 done
 

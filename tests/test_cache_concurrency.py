@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engram_eval.retrieval.cache import VectorCache
+from engram_eval.retrieval.cache import CACHE_FILE, VectorCache
 
 N_KEYS = 600
 BATCH = 25
@@ -49,7 +49,7 @@ def test_two_processes_write_the_cache_at_once(tmp_path: Path) -> None:
         p.join(120)
     assert [p.exitcode for p in procs] == [0, 0]
 
-    db = sqlite3.connect(str(tmp_path / "cache.sqlite3"))
+    db = sqlite3.connect(str(tmp_path / CACHE_FILE))
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert db.execute("SELECT COUNT(*) FROM vec").fetchone()[0] == N_KEYS
     assert db.execute("SELECT COUNT(*) FROM score").fetchone()[0] == N_KEYS

@@ -116,7 +116,7 @@ def test_publish_runs_verifies_against_the_dataset_then_compresses(tmp_path: Pat
     assert all_calls(tmp_path) == [
         f"run d.json --cache-dir c --no-progress --dataset-format longmemeval --output {out}/a.jsonl "
         "--retriever bm25 --x",
-        f"verify {out}/a.jsonl --dataset d.json",
+        f"verify {out}/a.jsonl --dataset d.json --rerun 3",
         f"compress {out}/a.jsonl"]
     assert sorted(x.name for x in out.iterdir()) == [
         "a.jsonl.gz", "a.jsonl.gz.metadata.json", "a.jsonl.gz.summary.json"]

@@ -86,7 +86,7 @@ def test_backends_agree_on_an_empty_document(ce_ref) -> None:  # type: ignore[no
 
 def test_unknown_backend(ce_ref) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="unknown reranker backend"):
-        make_cross_encoder("onnx", ce_ref, 512)
+        make_cross_encoder("tensorrt", ce_ref, 512)
 
 
 class CountingModel:

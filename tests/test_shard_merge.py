@@ -62,7 +62,7 @@ def test_shards_merge_to_the_unsharded_run(shards, tmp_path: Path) -> None:  # t
         assert meta["selection"]["shard"]["all_ids"] == ids
         assert [r["question_id"] for r in _rows(out)] == [q for q in ids if shard_of(q, N) == i]
     merged = tmp_path / "merged.jsonl"
-    summary = merge(list(reversed(outs)), merged)
+    summary = merge(list(reversed(outs)), merged, dataset=FIXTURE)
     assert [_strip(r) for r in _rows(merged)] == [_strip(r) for r in _rows(full)]
     full_meta = json.loads(sidecar_path(full).read_text())
     meta = json.loads(sidecar_path(merged).read_text())
@@ -81,7 +81,7 @@ def test_merge_refuses_mismatched_fingerprints(shards, tmp_path: Path) -> None: 
     run(_cfg(shard=f"1/{N}", dummy_salt="x"), FIXTURE, other, echo=lambda m: None)
     target = tmp_path / "m.jsonl"
     with pytest.raises(ProvenanceError, match="not a shard of the same run") as e:
-        merge([outs[0], other, outs[2]], target)
+        merge([outs[0], other, outs[2]], target, dataset=FIXTURE)
     assert "dummy_salt" in str(e.value) or "salt" in str(e.value)
     assert not target.exists() and not sidecar_path(target).exists()
 
@@ -90,11 +90,11 @@ def test_merge_refuses_missing_and_duplicate_shards(shards, tmp_path: Path) -> N
     outs, full = shards
     target = tmp_path / "m.jsonl"
     with pytest.raises(ProvenanceError, match=f"shard\\(s\\) 1/{N} missing"):
-        merge([outs[0], outs[2]], target)
+        merge([outs[0], outs[2]], target, dataset=FIXTURE)
     with pytest.raises(ProvenanceError, match="given twice"):
-        merge([outs[0], outs[1], outs[1], outs[2]], target)
+        merge([outs[0], outs[1], outs[1], outs[2]], target, dataset=FIXTURE)
     with pytest.raises(ProvenanceError, match="not a sharded result"):
-        merge([outs[0], full], target)
+        merge([outs[0], full], target, dataset=FIXTURE)
     assert not target.exists()
 
 
@@ -104,14 +104,14 @@ def test_merge_refuses_missing_and_duplicate_questions(shards, tmp_path: Path) -
     lines = outs[2].read_text().splitlines(keepends=True)
     outs[2].write_text("".join(lines[:-1]))  # an unfinished shard
     with pytest.raises(ProvenanceError, match="incomplete"):
-        merge(outs, target)
+        merge(outs, target, dataset=FIXTURE)
     outs[2].write_text("".join(lines + lines[-1:]))  # a question twice
     with pytest.raises(ProvenanceError, match="duplicate question_id"):
-        merge(outs, target)
+        merge(outs, target, dataset=FIXTURE)
     foreign = _rows(outs[0])[0]
     outs[2].write_text("".join(lines) + json.dumps(foreign) + "\n")  # another shard's question
     with pytest.raises(ProvenanceError, match="not in the run's selection"):
-        merge(outs, target)
+        merge(outs, target, dataset=FIXTURE)
     assert not target.exists()
 
 
@@ -121,8 +121,9 @@ def test_merge_cli_refuses_existing_output(shards, tmp_path: Path,  # type: igno
         monkeypatch.setenv(k, "1" if k != "TOKENIZERS_PARALLELISM" else "false")
     outs, _ = shards
     target = tmp_path / "m.jsonl"
-    assert cli.main(["merge", *map(str, outs), "--output", str(target)]) == 0
-    assert cli.main(["merge", *map(str, outs), "--output", str(target)]) == 2
+    argv = ["merge", *map(str, outs), "--output", str(target), "--dataset", str(FIXTURE)]
+    assert cli.main(argv) == 0
+    assert cli.main(argv) == 2
 
 
 def test_trace_sessions_keeps_ranking_and_is_recorded(tmp_path: Path) -> None:

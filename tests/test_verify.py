@@ -54,7 +54,7 @@ def test_good_run_verifies(result: Path) -> None:
     assert rep.ok and rep.verified, rep.format()
     names = [n for n, _, _ in rep.checks]
     assert names == ["sidecar schema", "fingerprint", ROWS, ROWS_HASH, "dataset sha256", GOLD,
-                     METRICS, SUMMARY, SOURCES]
+                     METRICS, verification.SCORES, SUMMARY, SOURCES]
     assert "FAIL" not in rep.format() and "not checked" not in rep.format()
     assert rep.verdict() == "VERIFIED" and rep.exit_code == 0
 

@@ -30,6 +30,8 @@ from typing import Any
 
 import _scale_common as common
 
+from engram_eval.retrieval.cache import CACHE_FILE
+
 VARIANTS = {"torch-fp32": ("sentence_transformers", "fp32"), "onnx-fp32": ("onnx", "fp32"),
             "onnx-int8": ("onnx", "int8"), "torch-bf16": ("sentence_transformers", "bf16")}
 HEADLINE = ("recall_any@1", "recall_any@5", "recall_all@5", "ndcg_any@5")
@@ -85,7 +87,7 @@ def main() -> int:
     for name in names:
         backend, precision = VARIANTS[name]
         cache = scratch / f"cache-{name}"
-        if (cache / "cache.sqlite3").exists():
+        if (cache / CACHE_FILE).exists():
             raise SystemExit(f"{cache} holds vectors; the cold pass needs an empty cache")
         export = _prepare(backend, precision, cache, args.embedding_model)
         opts = run_opts + ["--embedding-backend", backend, "--embedding-precision", precision]

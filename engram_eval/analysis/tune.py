@@ -442,29 +442,29 @@ class TuneResult:
     report: dict[str, Any]
 
 
-def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
-         objective: Sequence[str] = DEFAULT_OBJECTIVE, protocol: str = DEFAULT_PROTOCOL,
-         folds: int = 5, seed: int = 0) -> TuneResult:
-    """See the module docstring."""
+@dataclass
+class TunedPart:
+    """One run to tune on: its questions (inside the protocol), the run's own candidate, the
+    signals it traced, its sidecar and rows, and whether its haystacks have chat roles."""
+
+    path: str
+    protocol: str
+    questions: list[TunedQuestion]
+    own: Candidate
+    signals: list[str]
+    meta: dict[str, Any]
+    rows_sha256: str
+    n_rows: int
+    run_cfg: dict[str, Any]
+    run_settings: RetrievalSettings
+    chat_roles: bool
+
+
+def load_part(run_path: str | Path, protocol: str) -> TunedPart:
+    """Read a finished run and prove, question by question, that the pipeline reproduces its
+    stored rankings and scores from the traced signals (else ProvenanceError)."""
     from engram_eval.runs.reader import read_run
 
-    t0 = time.perf_counter()
-    out = Path(output)
-    report_path = Path(str(out) + ".tuning.json")
-    for p in (out, report_path):
-        if p.exists():
-            raise FileExistsError(f"{p}: exists; tune never overwrites")
-    if protocol == "official":
-        raise ConfigError("tune: protocol 'official' counts repeated haystack entries, which "
-                          "rows do not carry; use answerable, all or official_nonempty_gold")
-    if folds < 2:
-        raise ConfigError("tune: --folds must be at least 2")
-    objective = [m.strip() for m in objective if m.strip()]
-    if not objective:
-        raise ConfigError("tune: empty objective")
-    for m in objective:
-        _metric_fn(m)
-    grid = load_grid(grid_path)
     finished = read_run(run_path, require_sidecar=True)  # refuses a torn last line
     meta = finished.metadata
     run_cfg = dict(meta.get("config") or {})
@@ -498,6 +498,40 @@ def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
     if own is None or not questions:
         raise ProvenanceError(f"{run_path}: no question to tune on under {protocol!r}")
     signals = [n for n in F.SIGNAL_ORDER if n in signals_seen]
+    roles = {bool(((r.get("trace") or {}).get("question") or {}).get("chat_roles", True))
+             for r in finished.rows}
+    if len(roles) > 1:
+        raise ProvenanceError(f"{run_path}: its haystacks mix chat and people conversations; "
+                              "tune runs of one chat structure each")
+    return TunedPart(str(run_path), protocol, questions, own, signals, dict(meta),
+                     finished.rows_sha256, len(finished.rows), run_cfg, run_settings,
+                     roles.pop() if roles else True)
+
+
+def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
+         objective: Sequence[str] = DEFAULT_OBJECTIVE, protocol: str = DEFAULT_PROTOCOL,
+         folds: int = 5, seed: int = 0) -> TuneResult:
+    """See the module docstring."""
+    t0 = time.perf_counter()
+    out = Path(output)
+    report_path = Path(str(out) + ".tuning.json")
+    for p in (out, report_path):
+        if p.exists():
+            raise FileExistsError(f"{p}: exists; tune never overwrites")
+    if protocol == "official":
+        raise ConfigError("tune: protocol 'official' counts repeated haystack entries, which "
+                          "rows do not carry; use answerable, all or official_nonempty_gold")
+    if folds < 2:
+        raise ConfigError("tune: --folds must be at least 2")
+    objective = [m.strip() for m in objective if m.strip()]
+    if not objective:
+        raise ConfigError("tune: empty objective")
+    for m in objective:
+        _metric_fn(m)
+    grid = load_grid(grid_path)
+    part = load_part(run_path, protocol)
+    questions, own, signals, meta = part.questions, part.own, part.signals, part.meta
+    run_cfg, run_settings = part.run_cfg, part.run_settings
     for n, vals in grid.get("weights", {}).items():
         if n not in signals and any(v > 0 for v in vals):
             raise ConfigError(f"{grid_path}: grid weights.{n} > 0 but the run did not compute "
@@ -544,7 +578,7 @@ def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
     report = {
         "kind": "engram-eval/tuning",
         "run": {"path": str(Path(run_path).resolve()), "fingerprint": meta.get("fingerprint"),
-                "rows_sha256": finished.rows_sha256, "n_rows": len(finished.rows)},
+                "rows_sha256": part.rows_sha256, "n_rows": part.n_rows},
         "dataset": {"name": (meta.get("dataset") or {}).get("name"),
                     "sha256": (meta.get("dataset") or {}).get("sha256")},
         "protocol": protocol, "n_questions": len(questions),

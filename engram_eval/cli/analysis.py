@@ -173,14 +173,24 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def add_tune(sub: Any) -> None:
     tn = sub.add_parser("tune", help="choose fusion/temporal settings offline from a run's "
                         "traces (no re-encoding)")
-    tn.add_argument("run", help="result JSONL(.gz) of a hybrid run that traced its signals")
+    tn.add_argument("run", nargs="+", help="result JSONL(.gz) of a hybrid run that traced its "
+                    "signals; several runs (tuning parts, e.g. LongMemEval and LoCoMo) are "
+                    "tuned together, separately per chat structure "
+                    "(engram_eval.analysis.tune_parts)")
     tn.add_argument("--grid", required=True, help="grid YAML (see engram_eval.analysis.tune.load_grid)")
     tn.add_argument("--output", required=True, help="config YAML to write (must not exist); "
                     "the report goes to OUTPUT.tuning.json")
     tn.add_argument("--objective", default=None, help="comma-separated metrics averaged "
                     "per question (default: recall_any@1,recall_all@5,ndcg_any@5)")
-    tn.add_argument("--protocol", default="answerable", help="gold protocol (default: "
-                    "answerable)")
+    tn.add_argument("--protocol", action="append", default=None, help="gold protocol "
+                    "(default: answerable; with several runs: once for all, or once per run "
+                    "in order; default per run: answerable / locomo_no_adversarial)")
+    tn.add_argument("--combine", default="worst-ratio", choices=["worst-ratio", "mean"],
+                    help="several runs: how the parts' scores combine (default worst-ratio: "
+                    "the smallest ratio of a part's score to its best)")
+    tn.add_argument("--cluster", default="id-prefix", choices=["id-prefix", "none"],
+                    help="several runs: cross-validation unit (default id-prefix: the "
+                    "question id before ':', a LoCoMo conversation)")
     tn.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
     tn.add_argument("--seed", type=int, default=0, help="fold assignment seed (default 0)")
 
@@ -189,7 +199,22 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from engram_eval.analysis.tune import DEFAULT_OBJECTIVE, tune
 
     objective = args.objective.split(",") if args.objective else list(DEFAULT_OBJECTIVE)
-    res = tune(args.run, args.grid, args.output, objective=objective, protocol=args.protocol,
+    if len(args.run) > 1:
+        from engram_eval.analysis.tune_parts import tune_parts
+
+        res = tune_parts(args.run, args.grid, args.output, protocols=args.protocol,
+                         objective=objective, rule=args.combine, folds=args.folds,
+                         seed=args.seed, cluster=None if args.cluster == "none" else args.cluster)
+        for s, c in res.report["structures"].items():
+            print(f"{s}: chosen {c['chosen']} ({c['n_candidates']} candidates, combined "
+                  f"{c['combined_score']:.4f})")
+            for p in c["parts"]:
+                print(f"  {p['path']}: in-sample {p['in_sample_score']:.4f}, own settings "
+                      f"{p['run_settings_score']:.4f}, CV {p['cv_estimate']:.4f}")
+        print(f"wrote {res.config_path} and {res.report_path}")
+        return 0
+    protocol = args.protocol[0] if args.protocol else "answerable"
+    res = tune(args.run[0], args.grid, args.output, objective=objective, protocol=protocol,
                folds=args.folds, seed=args.seed)
     r = res.report
     cv = r["cross_validation"]
@@ -202,5 +227,53 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_train_reranker(sub: Any) -> None:
+    from engram_eval.analysis.train_reranker import TrainSettings
+
+    d = TrainSettings()
+    tr = sub.add_parser("train-reranker", help="train a cross-encoder on a tuning part from a "
+                        "run's candidates (writes DIR and DIR.card.json; refuses a held-out "
+                        "part)")
+    tr.add_argument("part", help="dataset part to train on (a tuning part: never held-out)")
+    tr.add_argument("--run", required=True, help="a finished run on that part (its rankings "
+                    "give the hard negatives)")
+    tr.add_argument("--output", required=True, help="model directory to write (must not "
+                    "exist); the card goes to OUTPUT.card.json")
+    tr.add_argument("--base-model", default=d.base_model, help="base model: name (bundled or "
+                    f"HF cache) or path (default {d.base_model}: a new one-logit head)")
+    for name, kind, text in (
+            ("max_length", int, "tokens of a (question, turn) pair"),
+            ("hard_negatives", int, "non-gold sessions of the run's ranking giving their most "
+             "question-like user turn"),
+            ("negative_depth", int, "depth of the run's ranking searched for hard negatives"),
+            ("random_negatives", int, "random non-gold user turns per question"),
+            ("epochs", int, "training epochs"), ("batch_size", int, "batch size"),
+            ("learning_rate", float, "learning rate"), ("warmup_ratio", float, "warm-up share"),
+            ("max_steps", int, "stop after this many steps (0: the epochs decide)"),
+            ("time_budget_s", float, "stop after this many seconds (0: no budget)"),
+            ("seed", int, "seed of the head, the data order and the random negatives")):
+        tr.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name),
+                        help=f"{text} (default {getattr(d, name)})")
+
+
+def cmd_train_reranker(args: argparse.Namespace) -> int:
+    import logging
+
+    from engram_eval.analysis.train_reranker import TrainSettings, train
+
+    fields = {k: getattr(args, k) for k in TrainSettings.__dataclass_fields__}
+    card = train(args.part, args.run, args.output, TrainSettings(**fields),
+                 log=logging.getLogger("engram_eval.train_reranker").info)
+    pc = card["pairs"]
+    print(f"{pc['pairs']} pairs ({pc['positive']} positive, {pc['hard']} hard, {pc['random']} "
+          f"random) from {pc['questions_used']} questions; skipped "
+          f"{pc['questions_skipped']}")
+    print(f"{card['training']['steps']} steps in {card['wall_seconds']} s; wrote "
+          f"{args.output} and {args.output}.card.json")
+    print(f"use: engram-eval {card['usage']}")
+    return 0
+
+
 COMMANDS = {"compare": (add_compare, cmd_compare), "plot": (add_plot, cmd_plot),
-            "analyze": (add_analyze, cmd_analyze), "tune": (add_tune, cmd_tune)}
+            "analyze": (add_analyze, cmd_analyze), "tune": (add_tune, cmd_tune),
+            "train-reranker": (add_train_reranker, cmd_train_reranker)}

@@ -21,6 +21,18 @@ def add_verify(sub: Any) -> None:
                    help="compare the recorded source hashes with the files committed at this "
                    "git revision (the commit that published the run) instead of the installed "
                    "package, so a run published before later code changes stays checkable")
+    v.add_argument("--rerun", metavar="K", type=int, default=0,
+                   help="also re-rank K questions sampled from the run's selection (with "
+                   "random.Random(SEED)) with the recorded settings and models, the cache off, "
+                   "and require the recorded rankings exactly and the scores within 1e-4 x "
+                   "max(1, |recorded|): CPU inference is deterministic for one batch on one "
+                   "machine, but a text encoded in another batch, machine or thread count "
+                   "sums in another order and moves a float32 score by ~1e-6 (metrics depend "
+                   "on the ranking alone). Refused when the model files that resolve now "
+                   "differ from the recorded sha256. Needs --dataset")
+    v.add_argument("--rerun-seed", metavar="SEED", type=int, default=None,
+                   help="seed of the --rerun sample (default: a fresh random seed, printed on "
+                   "the check line so the same questions can be re-run)")
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -28,7 +40,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from engram_eval.runs.reader import read_summary
     from engram_eval.scoring.summary import format_summary
 
-    rep = verify.verify(args.result, args.dataset, sources_at=args.sources_at)
+    if args.rerun < 0:
+        raise EngramEvalError(f"verify: --rerun {args.rerun}: K must be 0 or more")
+    rerun = {"rerun": args.rerun, "rerun_seed": args.rerun_seed} if args.rerun else {}
+    rep = verify.verify(args.result, args.dataset, sources_at=args.sources_at, **rerun)
     summ = read_summary(args.result) if rep.ok else None
     if summ is not None:
         print(f"fingerprint {summ['fingerprint']}")

@@ -22,7 +22,7 @@ Command = tuple[Callable[[Any], None], Callable[[argparse.Namespace], int]]
 
 #: The subcommands in the order ``engram-eval --help`` lists them.
 ORDER = ("run", "verify", "score", "export", "compress", "split", "compare", "plot", "analyze",
-         "trec", "make-stress", "merge", "tune")
+         "trec", "make-stress", "merge", "tune", "train-reranker")
 
 
 def commands() -> dict[str, Command]:
@@ -55,6 +55,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except (EngramEvalError, FileNotFoundError, FileExistsError, PermissionError) as e:
         msg = str(e).strip()
+        print(f"engram-eval {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    except OSError as e:  # an operating-system failure not named where it happened: one line
+        from engram_eval.io import describe_os_error
+
+        msg = (f"{e.filename}: {describe_os_error(e, e.filename)}"
+               if getattr(e, "filename", None) and not isinstance(getattr(e, "message", None), str)
+               else str(e).strip())
         print(f"engram-eval {args.command}: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

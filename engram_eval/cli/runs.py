@@ -26,7 +26,9 @@ def add_run(sub: Any) -> None:
     r.add_argument("--freeze-source", metavar="MANIFEST",
                    help="with --validate-only: write the frozen manifest (exclusive creation)")
     r.add_argument("--resume", action="store_true",
-                   help="continue an interrupted run after verifying its provenance")
+                   help="continue an interrupted run after verifying its provenance and "
+                   "re-checking every row already written as `verify` does (nothing is "
+                   "written when one fails)")
     r.add_argument("--config", help="YAML file of config fields (never auto-loaded)")
     add_arguments(r)
 
@@ -65,13 +67,20 @@ def add_merge(sub: Any) -> None:
                        "one result that `verify` accepts")
     g.add_argument("shards", nargs="+", help="every shard's result file")
     g.add_argument("--output", required=True, help="merged result JSONL (must not exist)")
+    g.add_argument("--dataset", required=True,
+                   help="the dataset file the shards were run on: every shard must pass "
+                   "`verify` against it (every check ran and passed) before it is merged")
+    g.add_argument("--sources-at", metavar="COMMIT",
+                   help="as verify --sources-at: compare the shards' recorded source hashes "
+                   "with this git revision instead of the installed package")
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
     from engram_eval.runs.merge import merge
     from engram_eval.scoring.summary import format_summary
 
-    summary = merge(args.shards, args.output, command=sys.argv)
+    summary = merge(args.shards, args.output, command=sys.argv, dataset=args.dataset,
+                    sources_at=args.sources_at)
     print(f"merged {len(args.shards)} shard(s), {summary['n_questions']} questions, into "
           f"{args.output}")
     print(f"fingerprint {summary['fingerprint']}")

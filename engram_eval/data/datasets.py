@@ -26,7 +26,7 @@ A LoCoMo file (small) is held in memory, as is a LongMemEval file opened with
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,10 +160,12 @@ class QuestionSource:
         self.check_unchanged()
 
 
-def open_source(path: str | Path, fmt: str = "auto", *, stream: bool | None = None
-                ) -> QuestionSource:
+def open_source(path: str | Path, fmt: str = "auto", *, stream: bool | None = None,
+                observe: Callable[[Question], None] | None = None) -> QuestionSource:
     """Validate the whole file and index it (first pass); ``stream`` defaults to
-    :data:`STREAM_LONGMEMEVAL` for LongMemEval and is ignored for LoCoMo (in memory)."""
+    :data:`STREAM_LONGMEMEVAL` for LongMemEval and is ignored for LoCoMo (in memory).
+    ``observe``, when given, is called with every question of the first pass, in file order
+    (the runner counts unparsable dates with it without another pass over the file)."""
     p = Path(path)
     fmt = resolve_format(p, fmt)
     if stream is None:
@@ -171,6 +173,9 @@ def open_source(path: str | Path, fmt: str = "auto", *, stream: bool | None = No
     stat = _stat_key(p)
     if fmt == "locomo" or not stream:
         _, questions = load_questions(p, fmt)
+        if observe is not None:
+            for q in questions:
+                observe(q)
         return QuestionSource(p, fmt, tuple(q.question_id for q in questions),
                               tuple(q.question_type for q in questions), False, stat,
                               {q.question_id: q for q in questions})
@@ -182,6 +187,8 @@ def open_source(path: str | Path, fmt: str = "auto", *, stream: bool | None = No
         for q in iter_longmemeval(p):
             ids.append(q.question_id)
             types.append(q.question_type)
+            if observe is not None:
+                observe(q)
     except DataError:
         if stat[0] <= IN_MEMORY_ERROR_LIMIT:
             load_longmemeval(p)  # raises the whole-file loader's (first) error

@@ -191,7 +191,7 @@ def load_locomo(path: str | Path) -> LocomoDataset:
     Records are named ``sample_id=<id> (index N)`` (or ``index N``); QA problems name the
     field ``qa[i]...``. Nothing partial is returned.
     """
-    data = read_json(path)
+    data = read_json(path, "sample_id")
     if not isinstance(data, list):
         kind = "object" if isinstance(data, dict) else type(data).__name__
         raise DataError(

@@ -41,6 +41,7 @@ from engram_eval.data._jsonio import (
     FILE_RECORD,
     ROOT_FIELD,
     first_error,
+    iter_list_items,
     load_schema,
     open_binary,
     read_json,
@@ -111,7 +112,7 @@ def load_longmemeval(
 
     Raises :class:`DataError` for the first invalid record; nothing partial is returned.
     """
-    data = read_json(path)
+    data = read_json(path, "question_id")
     records = _top_level_list(path, data)
     parse = _record_parser(path, allow_duplicate_date_mismatch)
     parsed = [parse(index, raw) for index, raw in enumerate(records)]
@@ -133,7 +134,6 @@ def iter_longmemeval(
     (:func:`parse_record`), so a bad record raises the same :class:`DataError` — but only when
     the stream reaches it, after the questions before it were yielded.
     """
-    ijson = _ijson()
     parse = _record_parser(path, allow_duplicate_date_mismatch)
     p = Path(path)
     try:
@@ -142,16 +142,11 @@ def iter_longmemeval(
         raise DataError(p, FILE_RECORD, ROOT_FIELD, f"cannot read file: {exc}") from exc
     if first != b"[":
         # Not a list: the in-memory reader gives the exact message (JSON error or wrong kind).
-        _top_level_list(path, read_json(path))
+        _top_level_list(path, read_json(path, "question_id"))
         return
-    with open_binary(p) as f:
-        try:
-            for index, raw in enumerate(ijson.items(f, "item", use_float=True)):
-                yield parse(index, raw).question
-        except ijson.JSONError as exc:
-            raise DataError(path, FILE_RECORD, ROOT_FIELD, f"not valid JSON: {exc}") from exc
-        except (OSError, EOFError, zlib.error) as exc:
-            raise DataError(path, FILE_RECORD, ROOT_FIELD, f"cannot read file: {exc}") from exc
+    # Nesting and string limits are checked on the parse events, before memory grows.
+    for index, raw in enumerate(iter_list_items(p, "question_id")):
+        yield parse(index, raw).question
 
 
 def _record_parser(
@@ -173,15 +168,6 @@ def _record_parser(
         )
 
     return parse
-
-
-def _ijson() -> Any:
-    try:
-        import ijson
-    except ImportError:  # pragma: no cover - ijson is a declared dependency
-        raise DataError("(ijson)", FILE_RECORD, ROOT_FIELD,
-                        "streaming needs the 'ijson' package: pip install 'ijson>=3.2'") from None
-    return ijson
 
 
 def _first_byte(path: Path) -> bytes:

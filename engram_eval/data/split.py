@@ -34,9 +34,13 @@ overwritten); all targets are checked before anything is written, and on a failu
 this call created are removed.
 
 Markers: ``<part file>.split.json`` = ``{"split_manifest_sha256", "part": "tune"|"heldout",
-"part_sha256", "source_sha256", "salt"}``. :func:`part_marker` reads the marker beside a
-dataset file and checks that the file is the part it describes, so the runner can refuse a
-held-out part without a frozen manifest.
+"part_sha256", "content_sha256", "source_sha256", "salt"}``. Each part's ``sha256`` is of the
+file's bytes, its ``content_sha256`` of the decompressed bytes (manifests written before this
+field existed lack it; :mod:`engram_eval.provenance.heldout` copes). :func:`part_marker`
+reads the marker beside a dataset file and checks that the file is the part it describes, so
+the runner can refuse a held-out part without a frozen manifest (and
+:mod:`engram_eval.provenance.heldout` recognises a renamed, recompressed or linked copy of a
+held-out part by its content).
 """
 
 from __future__ import annotations
@@ -313,6 +317,7 @@ def split_dataset(source: str | Path, *, holdout: float, salt: str, output_dir: 
                       "split_manifest": MANIFEST_NAME,
                       "split_manifest_sha256": manifest_sha, "part": name,
                       "part_sha256": manifest["parts"][name]["sha256"],
+                      "content_sha256": manifest["parts"][name]["content_sha256"],
                       "source_sha256": source_sha, "salt": salt}
             mp = marker_path(part_paths[name])
             exclusive_write(mp, dump_json(marker))
@@ -339,6 +344,9 @@ def build_manifest(src: Path, source_sha: str, fmt: str, holdout: float, salt: s
         entry: dict[str, Any] = {
             "file": fname,
             "sha256": hashlib.sha256(blob).hexdigest(),
+            # sha256 of the decompressed bytes: the held-out guard matches copies by content
+            # whatever their compression (engram_eval.provenance.heldout)
+            "content_sha256": hashlib.sha256(gzip.decompress(blob) if gz else blob).hexdigest(),
             "size": len(blob),
             "compression": "gzip" if gz else "none",
             "n_records": len(chosen),

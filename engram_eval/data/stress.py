@@ -64,7 +64,12 @@ def raw_records(path: str | Path) -> Iterator[dict[str, Any]]:
     checks it (schema, duplicate ids, haystack lengths; same error messages)."""
     import zlib
 
-    from engram_eval.data._jsonio import load_schema, open_binary, record_validator
+    from engram_eval.data._jsonio import (
+        iter_list_items,
+        load_schema,
+        open_binary,
+        record_validator,
+    )
     from engram_eval.data.longmemeval import SCHEMA_NAME, iter_longmemeval, parse_record
 
     p = Path(path)
@@ -79,17 +84,12 @@ def raw_records(path: str | Path) -> Iterator[dict[str, Any]]:
         for _ in iter_longmemeval(p):  # raises the loader's exact error
             pass
         return
-    import ijson
-
     validator = record_validator(load_schema(SCHEMA_NAME))
     seen: dict[str, int] = {}
-    with open_binary(p) as f:
-        try:
-            for index, raw in enumerate(ijson.items(f, "item", use_float=True)):
-                parse_record(p, index, raw, validator, seen)
-                yield raw
-        except ijson.JSONError as e:
-            raise DataError(p, "(file)", "(root)", f"not valid JSON: {e}") from e
+    # bounded streaming: nesting and string limits checked before memory grows
+    for index, raw in enumerate(iter_list_items(p, "question_id")):
+        parse_record(p, index, raw, validator, seen)
+        yield raw
 
 
 def _evidence_ids(raw: Mapping[str, Any]) -> set[str]:

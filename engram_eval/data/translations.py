@@ -26,7 +26,7 @@ def load_question_translations(path: str | Path) -> dict[str, str]:
     is not an object, a missing or non-string ``question_id`` / ``question``, an empty
     translation, or a duplicate ``question_id``.
     """
-    data = read_json(path)
+    data = read_json(path, "question_id")
     if isinstance(data, dict):
         return _from_mapping(path, data)
     if isinstance(data, list):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,19 @@ from typing import Any
 
 from engram_eval.errors import DataError
 from engram_eval.production.store import Memory
+
+#: A fixture ``name`` and a ``case_id`` name files (``WORK_DIR/NAME/CASE_ID.sqlite``), so they
+#: are plain names: letters, digits, ``.``, ``_``, ``-``, starting with a letter or digit (no
+#: separator, never ``.`` or ``..``), at most 100 characters. The schema holds the same pattern.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+_NAME_RE = re.compile(NAME_PATTERN)
+NAME_RULE = ("must be a plain name (it names a file under --work-dir): letters, digits, '.', "
+             "'_' and '-', starting with a letter or digit, at most 100 characters")
+
+
+def check_name(value: str) -> bool:
+    """Whether ``value`` may name a fixture or a case (:data:`NAME_PATTERN`)."""
+    return isinstance(value, str) and _NAME_RE.fullmatch(value) is not None
 
 
 @dataclass(frozen=True)
@@ -86,11 +100,18 @@ def validate_document(doc: Any, path: str | Path) -> None:
     if errors:
         e = errors[0]
         record, field = _where(doc, list(e.absolute_path))
-        raise DataError(path, record, field, e.message)
+        reason = e.message
+        if e.validator == "pattern" and e.schema.get("pattern") == NAME_PATTERN:
+            reason = f"{e.instance!r} {NAME_RULE}"
+        raise DataError(path, record, field, reason)
+    if not check_name(doc["name"]):  # the schema says so too; kept if the schema is edited
+        raise DataError(path, "(fixture)", "name", f"{doc['name']!r} {NAME_RULE}")
     qids: dict[str, str] = {}
     cids: set[str] = set()
     for ci, case in enumerate(doc["cases"]):
         record = f"case {case['case_id']!r} (cases[{ci}])"
+        if not check_name(case["case_id"]):
+            raise DataError(path, record, "case_id", f"{case['case_id']!r} {NAME_RULE}")
         if case["case_id"] in cids:
             raise DataError(path, record, "case_id", "duplicate case id")
         cids.add(case["case_id"])

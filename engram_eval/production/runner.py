@@ -7,7 +7,10 @@ Order of a run (``run_fixture``):
 2. Refuse an existing output (or sidecar / summary) before anything else is written.
 3. Build the current manifest (sources under ``source_root``, fixture, model files,
    settings -- no model is loaded). A held-out fixture refuses to run without
-   ``frozen_source``; a given manifest must match (every difference named).
+   ``frozen_source``; a given manifest must match (every difference named). Held-out is
+   decided by content, not only by the fixture's own ``heldout`` field: a fixture whose file
+   or any case's memories and questions match a known held-out fixture's is held out
+   (:func:`heldout_match`), so an edited copy saying ``"heldout": false`` is refused.
 4. Held-out fixtures: record the run in the ledger and take its label (``held-out
    measurement`` or ``regression check``, :mod:`engram_eval.provenance.frozen`).
 5. Per case: a new store under ``work_dir``, ``add()`` the memories, close, reopen, search
@@ -33,13 +36,27 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engram_eval.errors import ProvenanceError
-from engram_eval.io import exclusive_write, sha256_file
-from engram_eval.production.fixture import CaseView, FixtureView, GoldLookup, load_fixture
+from engram_eval.errors import ProvenanceError, StorageError
+from engram_eval.io import (
+    blocking_file,
+    check_name_lengths,
+    exclusive_write,
+    make_parent,
+    sha256_file,
+    storage_errors,
+)
+from engram_eval.production.fixture import (
+    CaseView,
+    FixtureView,
+    GoldLookup,
+    load_fixture,
+    read_document,
+)
 from engram_eval.production.search import Engine, SearchResponse
 from engram_eval.production.settings import DEFAULT_CALIBRATION
 from engram_eval.production.store import MemoryStore
 from engram_eval.provenance import frozen as F
+from engram_eval.provenance.heldout import HeldoutMatch, fixture_heldout
 from engram_eval.provenance.sources import production_sources
 from engram_eval.retrieval.sources import PIPELINE_SOURCES
 
@@ -82,6 +99,32 @@ def validate_only(fixture: str | Path, engine: Engine, source_root: str | Path,
     if freeze_to is not None:
         F.freeze(freeze_to, manifest)
     return manifest
+
+
+def heldout_match(fixture: str | Path, source_root: str | Path,
+                  ledger: str | Path | None = None) -> HeldoutMatch | None:
+    """Why ``fixture`` is held out, or None: its own ``heldout`` field, or its file hash or a
+    case's content matching a held-out fixture known under the package root, ``source_root``
+    (``results/``, ``fixtures/production/``) or the ledger -- so a copy with ``"heldout":
+    false`` edited in is still held out (:func:`engram_eval.provenance.heldout.fixture_heldout`).
+    """
+    root = Path(source_root)
+    return fixture_heldout(fixture, read_document(fixture),
+                           roots=[root / "results", root / "fixtures" / "production"],
+                           ledger=ledger)
+
+
+def store_path(work_dir: str | Path, fixture_name: str, case_id: str) -> Path:
+    """``WORK_DIR/FIXTURE_NAME/CASE_ID.sqlite``, refused (ProvenanceError) unless it lies
+    inside ``work_dir`` once resolved (symbolic links followed): a name is a name, never a
+    path (the fixture loader checks the names too, :data:`.fixture.NAME_PATTERN`)."""
+    root = Path(work_dir).resolve()
+    p = (root / fixture_name / f"{case_id}.sqlite").resolve()
+    if not p.is_relative_to(root) or p.parent == root or p == root:
+        raise ProvenanceError(f"fixture {fixture_name!r}, case {case_id!r}: the case's store "
+                              f"would be {p}, outside the work directory {root}; fixture names "
+                              "and case ids must be plain names")
+    return p
 
 
 def _outputs(output: Path) -> list[Path]:
@@ -149,36 +192,45 @@ def run_fixture(fixture: str | Path, output: str | Path, work_dir: str | Path, e
     started = datetime.now(UTC).isoformat(timespec="microseconds")
     view, gold = load_fixture(fixture)
     out = Path(output)
+    with storage_errors(out, "create", cls=StorageError):
+        check_name_lengths(_outputs(out), hint="choose a shorter --output name")
+        blocker = blocking_file(out)
+        if blocker is not None:
+            raise StorageError(out, f"cannot create {out}: {blocker} is a file, not a directory")
     for p in _outputs(out):
         if p.exists():
             raise ProvenanceError(f"{p} already exists; refusing to overwrite (choose a new "
                                   "output name)")
-    work = Path(work_dir) / view.name
-    for case in view.cases:
-        if (work / f"{case.case_id}.sqlite").exists():
-            raise ProvenanceError(f"{work / (case.case_id + '.sqlite')} already exists; use a "
-                                  "fresh --work-dir")
+    stores = {case.case_id: store_path(work_dir, view.name, case.case_id)
+              for case in view.cases}
+    for sp in stores.values():
+        if sp.exists():
+            raise ProvenanceError(f"{sp} already exists; use a fresh --work-dir")
     manifest = current_manifest(fixture, engine, source_root)
     frozen_doc = None
-    if view.heldout and frozen_source is None:
+    lpath = ledger or F.default_ledger(source_root)
+    held = heldout_match(fixture, source_root, lpath)
+    heldout = held is not None
+    if held is not None and frozen_source is None:
+        why = "" if held.key == manifest["input"]["sha256"] else f" ({held.describe()})"
         raise ProvenanceError(
-            f"{fixture}: fixture {view.name!r} is held out; it runs only under a frozen "
+            f"{fixture}: fixture {view.name!r} is held out{why}; it runs only under a frozen "
             "manifest: freeze one first (--validate-only --freeze-source MANIFEST), then pass "
             "--frozen-source MANIFEST")
     if frozen_source is not None:
         frozen_doc = F.check_frozen(frozen_source, manifest)
     if not engine.settings.rerank:
         engine.calibration()  # after the manifest check, so a changed model is named there
-    if view.heldout:
+    if held is not None:
         assert frozen_doc is not None
-        label = F.ledger_record(ledger or F.default_ledger(source_root), frozen_doc,
-                                output=str(out), started_at=started)
+        label = F.ledger_record(lpath, frozen_doc, output=str(out), started_at=started,
+                                key=held.key)
     else:
         label = DEV_LABEL
     rows: list[dict[str, Any]] = []
     search_view: FixtureView = view
     for case in search_view.cases:
-        rows.extend(search_case(engine, case, work / f"{case.case_id}.sqlite"))
+        rows.extend(search_case(engine, case, stores[case.case_id]))
         if on_case is not None:
             on_case(case.case_id)
     after = current_manifest(fixture, engine, source_root)
@@ -192,7 +244,7 @@ def run_fixture(fixture: str | Path, output: str | Path, work_dir: str | Path, e
         per_case.setdefault(r["case_id"], []).append(
             {"question_id": r["question_id"], "accepted": r["accepted"], "gold": r["gold"],
              "outcome": r["outcome"]})
-    head = {"fixture": manifest["input"], "fixture_name": view.name, "heldout": view.heldout,
+    head = {"fixture": manifest["input"], "fixture_name": view.name, "heldout": heldout,
             "label": label, "manifest_fingerprint": manifest["fingerprint"],
             "source_fingerprint": manifest["source_fingerprint"],
             "frozen_manifest": (None if frozen_doc is None else
@@ -218,13 +270,19 @@ def run_fixture(fixture: str | Path, output: str | Path, work_dir: str | Path, e
         for p, data in zip(_outputs(out), (text, json.dumps({**head, "summary": summary},
                                                             indent=2) + "\n",
                                            json.dumps(side, indent=2) + "\n"), strict=True):
-            p.parent.mkdir(parents=True, exist_ok=True)
-            exclusive_write(p, data)
+            with storage_errors(p, "create", "nothing was kept of this run's output; free "
+                                "space (or fix the file system) and run again", cls=StorageError):
+                make_parent(p)
+                exclusive_write(p, data)
             written.append(p)
     except FileExistsError as e:
         for p in written:
             p.unlink()
         raise ProvenanceError(str(e)) from None
+    except BaseException:
+        for p in written:
+            p.unlink()
+        raise
     return doc
 
 

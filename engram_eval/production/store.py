@@ -15,6 +15,12 @@ Memories are written through :meth:`MemoryStore.add` (vectors computed at write 
 read back from the database by :meth:`MemoryStore.search`; nothing is kept in a dict
 between calls, so a closed and reopened store answers identically.
 
+A damaged store (not SQLite, truncated, a table or column missing, a ``meta`` value that is
+not JSON or is missing, a piece pointing at no memory, a vector whose length is not the
+recorded dimension, or one that is all zeros or holds NaN/inf) is refused on opening or
+reading with one :class:`~engram_eval.errors.DataError` naming the file, the record and what
+is wrong; vectors are checked on writing too, so such a store is never made.
+
 The store never imports :mod:`engram_eval.production.search` (which imports the store's
 :class:`Memory`): it uses the engine it is given through :class:`StoreEngine` only, and
 :meth:`MemoryStore.search` hands the stored memories, pieces and vectors to the engine's
@@ -25,16 +31,51 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from engram_eval.errors import DataError, ProvenanceError
+from engram_eval.errors import DataError, ProvenanceError, StorageError
+from engram_eval.io import make_parent, storage_errors
 
 FORMAT_VERSION = 1
+#: The tables and columns a store must have.
+TABLES = {"meta": ("key", "value"), "memories": ("seq", "id", "text", "date"),
+          "pieces": ("memory_seq", "piece_index", "text", "vector")}
+_DAMAGED = "the memory store is damaged; rebuild it"
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """SQLite's own errors on a damaged file as one DataError naming the file."""
+    try:
+        yield
+    except sqlite3.DatabaseError as e:
+        raise DataError(path, "(file)", "(database)",
+                        f"not a readable memory store ({e}); {_DAMAGED}") from None
+
+
+def check_vectors(path: Path, vectors: np.ndarray, names: Sequence[tuple[str, str]],
+                  dim: int | None) -> None:
+    """Refuse (DataError naming ``names[i]`` = (record, field)) a vector that is not of
+    length ``dim``, holds NaN or infinite values, or is all zeros (it would match nothing,
+    so a search would silently return nothing)."""
+    if vectors.ndim != 2 or len(vectors) != len(names):
+        raise DataError(path, "(pieces)", "vector", f"expected {len(names)} vectors, got an "
+                        f"array of shape {vectors.shape}")
+    if dim is not None and len(vectors) and vectors.shape[1] != dim:
+        raise DataError(path, names[0][0], names[0][1], f"{vectors.shape[1]} values; the "
+                        f"store's vectors have {dim}")
+    finite = np.isfinite(vectors).all(axis=1)
+    zero = ~vectors.any(axis=1)
+    for i in np.flatnonzero(~finite | zero):
+        record, field = names[int(i)]
+        what = "holds NaN or infinite values" if not finite[i] else "is all zeros"
+        raise DataError(path, record, field, f"the vector {what}; it would match nothing")
 
 
 @dataclass(frozen=True)
@@ -80,34 +121,100 @@ class MemoryStore:
         p = Path(path)
         if p.exists():
             raise ProvenanceError(f"{p}: a memory store already exists there")
-        p.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(p)
-        with conn:
-            conn.executescript(
-                "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-                "CREATE TABLE memories (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
-                " id TEXT NOT NULL UNIQUE, text TEXT NOT NULL, date TEXT NOT NULL);"
-                "CREATE TABLE pieces (memory_seq INTEGER NOT NULL REFERENCES memories(seq),"
-                " piece_index INTEGER NOT NULL, text TEXT NOT NULL, vector BLOB NOT NULL,"
-                " PRIMARY KEY (memory_seq, piece_index));")
-            conn.executemany("INSERT INTO meta VALUES (?, ?)",
-                             [(k, json.dumps(v)) for k, v in cls._meta_for(engine).items()])
+        with storage_errors(p, "create", cls=StorageError):
+            make_parent(p)
+        try:
+            conn = sqlite3.connect(p)
+        except sqlite3.DatabaseError as e:
+            raise StorageError(p, f"cannot create the memory store {p}: {e}") from None
+        try:
+            with conn:
+                cls._create_tables(conn, engine)
+        except sqlite3.DatabaseError as e:
+            conn.close()
+            p.unlink(missing_ok=True)  # ours: it did not exist a moment ago
+            raise StorageError(p, f"cannot create the memory store {p}: {e}") from None
         return cls(p, engine, conn)
+
+    @classmethod
+    def _create_tables(cls, conn: sqlite3.Connection, engine: StoreEngine) -> None:
+        conn.executescript(
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+            "CREATE TABLE memories (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+            " id TEXT NOT NULL UNIQUE, text TEXT NOT NULL, date TEXT NOT NULL);"
+            "CREATE TABLE pieces (memory_seq INTEGER NOT NULL REFERENCES memories(seq),"
+            " piece_index INTEGER NOT NULL, text TEXT NOT NULL, vector BLOB NOT NULL,"
+            " PRIMARY KEY (memory_seq, piece_index));")
+        conn.executemany("INSERT INTO meta VALUES (?, ?)",
+                         [(k, json.dumps(v)) for k, v in cls._meta_for(engine).items()])
 
     @classmethod
     def open(cls, path: str | Path, engine: StoreEngine) -> MemoryStore:
         p = Path(path)
         if not p.is_file():
             raise ProvenanceError(f"{p}: no memory store there")
-        conn = sqlite3.connect(p)
-        meta = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM meta")}
-        want = cls._meta_for(engine)
-        for k, v in want.items():
-            if k != "dim" and meta.get(k) != v:
-                conn.close()
-                raise ProvenanceError(f"{p}: store was written with {k}={meta.get(k)!r}; this "
-                                      f"search uses {v!r}")
+        try:
+            conn = sqlite3.connect(p)
+        except sqlite3.DatabaseError as e:
+            raise DataError(p, "(file)", "(database)", f"cannot open the memory store: {e}"
+                            ) from None
+        try:
+            meta = cls._read_meta(p, conn)
+            want = cls._meta_for(engine)
+            missing = [k for k in want if k not in meta]
+            if missing:
+                raise DataError(p, "table meta", f"key {missing[0]!r}",
+                                f"missing; {_DAMAGED}")
+            for k, v in want.items():
+                if k != "dim" and meta.get(k) != v:
+                    raise ProvenanceError(f"{p}: store was written with {k}={meta.get(k)!r}; "
+                                          f"this search uses {v!r}")
+        except BaseException:
+            conn.close()
+            raise
         return cls(p, engine, conn)
+
+    @staticmethod
+    def _read_meta(p: Path, conn: sqlite3.Connection) -> dict[str, Any]:
+        """The ``meta`` table, after checking that every table and column is there."""
+        with _reading(p):
+            for table, columns in TABLES.items():
+                have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+                if not have:
+                    raise DataError(p, "(schema)", f"table {table}", f"missing; {_DAMAGED}")
+                lacking = [c for c in columns if c not in have]
+                if lacking:
+                    raise DataError(p, f"table {table}", f"column {lacking[0]}",
+                                    f"missing; {_DAMAGED}")
+            rows = list(conn.execute("SELECT key, value FROM meta"))
+        meta: dict[str, Any] = {}
+        for k, v in rows:
+            try:
+                meta[k] = json.loads(v)
+            except (TypeError, ValueError) as e:
+                raise DataError(p, f"meta {k!r}", "value", f"not JSON ({e}); {_DAMAGED}"
+                                ) from None
+        dim = meta.get("dim")
+        if "dim" in meta and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
+            raise DataError(p, "meta 'dim'", "value", f"{dim!r} is not a positive vector "
+                            f"dimension; {_DAMAGED}")
+        return meta
+
+    def dim(self) -> int | None:
+        """The recorded vector dimension (None before any vector was written)."""
+        with _reading(self.path):
+            row = self.conn.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
+        if row is None:
+            return None
+        try:
+            dim = json.loads(row[0])
+        except (TypeError, ValueError) as e:
+            raise DataError(self.path, "meta 'dim'", "value", f"not JSON ({e}); {_DAMAGED}"
+                            ) from None
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+            raise DataError(self.path, "meta 'dim'", "value", f"{dim!r} is not a positive "
+                            f"vector dimension; {_DAMAGED}")
+        return dim
 
     @staticmethod
     def _meta_for(engine: StoreEngine) -> dict[str, Any]:
@@ -145,13 +252,22 @@ class MemoryStore:
                 raise DataError(self.path, f"memory {m.id!r}", "id",
                                 "memory ids must be non-empty and unique")
             seen.add(m.id)
-        clash = [r[0] for r in self.conn.execute(
-            f"SELECT id FROM memories WHERE id IN ({','.join('?' * len(ids))})", ids)] if ids else []
+        with _reading(self.path):
+            clash = [r[0] for r in self.conn.execute(
+                f"SELECT id FROM memories WHERE id IN ({','.join('?' * len(ids))})", ids)
+                     ] if ids else []
         if clash:
             raise DataError(self.path, f"memory {clash[0]!r}", "id", "already in the store")
         pieces = self.engine.pieces(memories)
         vectors = self.engine.encoder().encode([t for _, t in pieces]) if pieces else None
-        with self.conn:
+        if vectors is not None:
+            vectors = np.asarray(vectors, dtype=np.float32)
+            names, seen_pieces = [], dict.fromkeys(range(len(memories)), 0)
+            for mi, _ in pieces:  # refused before anything is written
+                names.append((f"memory {memories[mi].id!r}", f"piece {seen_pieces[mi]} vector"))
+                seen_pieces[mi] += 1
+            check_vectors(self.path, vectors, names, self.dim())
+        with self._writing(), self.conn:
             seqs = []
             for m in memories:
                 cur = self.conn.execute("INSERT INTO memories (id, text, date) VALUES (?, ?, ?)",
@@ -170,24 +286,66 @@ class MemoryStore:
                                   (json.dumps(int(vectors.shape[1])),))
         return len(memories)
 
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.DatabaseError as e:  # disk full, read-only file system, ...
+            raise StorageError(self.path, f"cannot write the memory store {self.path}: {e} "
+                               "(nothing of this add() was kept)") from None
+
     # -- reading --------------------------------------------------------------------
     def memories(self) -> list[Memory]:
-        return [Memory(i, t, d) for i, t, d in
-                self.conn.execute("SELECT id, text, date FROM memories ORDER BY seq")]
+        with _reading(self.path):
+            rows = list(self.conn.execute("SELECT seq, id, text, date FROM memories "
+                                          "ORDER BY seq"))
+        for seq, i, t, d in rows:
+            for field, v in (("id", i), ("text", t), ("date", d)):
+                if not isinstance(v, str):
+                    raise DataError(self.path, f"memory seq {seq}", field,
+                                    f"{type(v).__name__} where text is expected; {_DAMAGED}")
+        return [Memory(i, t, d) for _, i, t, d in rows]
 
     def pieces(self) -> tuple[list[tuple[int, str]], np.ndarray]:
-        """(memory position, piece text) in insertion order, and their vectors."""
-        pos = {seq: i for i, (seq,) in enumerate(
-            self.conn.execute("SELECT seq FROM memories ORDER BY seq"))}
-        rows = list(self.conn.execute(
-            "SELECT memory_seq, text, vector FROM pieces ORDER BY memory_seq, piece_index"))
+        """(memory position, piece text) in insertion order, and their vectors (each checked:
+        the recorded dimension, finite, not all zeros)."""
+        with _reading(self.path):
+            mems = list(self.conn.execute("SELECT seq, id FROM memories ORDER BY seq"))
+            rows = list(self.conn.execute("SELECT memory_seq, piece_index, text, vector FROM "
+                                          "pieces ORDER BY memory_seq, piece_index"))
+        pos = {seq: i for i, (seq, _) in enumerate(mems)}
         if not rows:
             return [], np.zeros((0, 0), dtype=np.float32)
-        vecs = np.stack([np.frombuffer(v, dtype="<f4") for _, _, v in rows]).astype(np.float32)
-        return [(pos[s], t) for s, t, _ in rows], vecs
+        dim = self.dim()
+        if dim is None:
+            raise DataError(self.path, "table meta", "key 'dim'", "missing although the store "
+                            f"holds vectors; {_DAMAGED}")
+        out: list[tuple[int, str]] = []
+        vecs = np.empty((len(rows), dim), dtype=np.float32)
+        names = []
+        for j, (seq, k, text, blob) in enumerate(rows):
+            record = f"piece {k} of memory seq {seq}"
+            if seq not in pos:
+                raise DataError(self.path, record, "memory_seq", f"no memory has seq {seq}; "
+                                f"{_DAMAGED}")
+            record = f"piece {k} of memory {mems[pos[seq]][1]!r}"
+            if not isinstance(blob, bytes) or len(blob) != 4 * dim:
+                n = len(blob) if isinstance(blob, bytes | str) else 0
+                raise DataError(self.path, record, "vector",
+                                f"{n} bytes where the store's {dim}-dimensional float32 vectors "
+                                f"take {4 * dim}; {_DAMAGED}")
+            if not isinstance(text, str):
+                raise DataError(self.path, record, "text", f"{type(text).__name__} where text "
+                                f"is expected; {_DAMAGED}")
+            vecs[j] = np.frombuffer(blob, dtype="<f4")
+            out.append((pos[seq], text))
+            names.append((record, "vector"))
+        check_vectors(self.path, vecs, names, dim)
+        return out, vecs
 
     def __len__(self) -> int:
-        return int(self.conn.execute("SELECT COUNT(*) FROM memories").fetchone()[0])
+        with _reading(self.path):
+            return int(self.conn.execute("SELECT COUNT(*) FROM memories").fetchone()[0])
 
     def search(self, query: str, *, now: str = "", limit: int | None = None,
                min_confidence: float | None = None) -> Any:

@@ -250,26 +250,35 @@ def ledger_label(ledger: str | Path, input_sha256: str, manifest: Mapping[str, A
 
 
 def ledger_record(ledger: str | Path, manifest: Mapping[str, Any], *, output: str = "",
-                  started_at: str | None = None) -> str:
+                  started_at: str | None = None, key: str | None = None) -> str:
     """Record a run of ``manifest["input"]`` under ``manifest`` and return its label.
+
+    ``key``: the sha256 the held-out input is kept under when the run's input is a copy of
+    a known held-out input (:mod:`engram_eval.provenance.heldout`: a renamed, recompressed or
+    linked part, a re-flagged fixture); its runs then share the original's entry, and the
+    run records the copy's own sha256 as ``input_sha256``. Default: the input's sha256.
 
     Call once per run, before inference starts (a started run has seen the input). The
     ledger is replaced atomically under an exclusive file lock."""
     p = Path(ledger)
     started = started_at or _now()
     inp = manifest["input"]
+    key = key or inp["sha256"]
     with _locked(p):
         data = read_ledger(p)
-        entry = data["inputs"].get(inp["sha256"])
+        entry = data["inputs"].get(key)
         label = _label(entry, manifest)
         run = {"manifest_fingerprint": manifest["fingerprint"],
                "source_fingerprint": manifest["source_fingerprint"],
                "manifest_created_at": manifest["created_at"], "run_started_at": started,
                "runner": manifest.get("runner"), "output": str(output), "label": label}
+        if key != inp["sha256"]:
+            run["input_sha256"] = inp["sha256"]
+            run["input_name"] = inp.get("name")
         if entry is None:
             entry = {"input": {k: inp[k] for k in ("kind", "name", "size", "sha256")},
                      "first_run": run, "runs": []}
-            data["inputs"][inp["sha256"]] = entry
+            data["inputs"][key] = entry
         entry["runs"].append(run)
         atomic_write(p, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     return label
@@ -319,11 +328,16 @@ def heldout_marker(dataset: str | Path) -> dict[str, Any] | None:
 def benchmark_gate(meta: Mapping[str, Any], dataset: str | Path, *,
                    frozen_source: str | Path | None = None, freeze_to: str | Path | None = None,
                    record: bool = True, output: str = "",
-                   ledger: str | Path | None = None) -> dict[str, Any] | None:
+                   ledger: str | Path | None = None,
+                   heldout_ids: Sequence[str] | None = None) -> dict[str, Any] | None:
     """Frozen-source checks of a benchmark run, before any model is loaded.
 
     * ``freeze_to``: write the manifest there (exclusive) and return its record;
-    * a held-out part (split marker) refuses to run without ``frozen_source``;
+    * a held-out part refuses to run without ``frozen_source``: by its split marker, or by
+      its content matching a held-out part the package knows, whatever its name, place or
+      compression (:func:`engram_eval.provenance.heldout.find_heldout`; ``heldout_ids``, the
+      dataset's question ids, keep that check cheap), its ledger entry then kept under the
+      known part's sha256;
     * ``frozen_source``: refuse unless it matches (every difference named); for a held-out
       part, record the run in the ledger (``record``) or only read the label.
 
@@ -335,21 +349,36 @@ def benchmark_gate(meta: Mapping[str, Any], dataset: str | Path, *,
         return {"frozen_to": str(freeze_to), "manifest_fingerprint": manifest["fingerprint"],
                 "source_fingerprint": manifest["source_fingerprint"]}
     held = heldout_marker(dataset)
+    match = None
+    if held is None:
+        from engram_eval.provenance.heldout import find_heldout
+
+        match = find_heldout(dataset, ids=heldout_ids, ledger=ledger)
     if held is not None and frozen_source is None:
         raise ProvenanceError(
             f"{dataset}: this file is the held-out part of a split ({held.get('part')}, split "
             f"manifest {str(held.get('split_manifest_sha256'))[:16]}…); it runs only under a "
             "frozen manifest: freeze one first (--validate-only --freeze-source MANIFEST), "
             "then pass --frozen-source MANIFEST")
+    if match is not None and frozen_source is None:
+        raise ProvenanceError(
+            f"{dataset}: this file is a held-out part: {match.describe()}; it runs only under "
+            "a frozen manifest: freeze one first (--validate-only --freeze-source MANIFEST), "
+            "then pass --frozen-source MANIFEST")
     if frozen_source is None:
         return None
     frozen_doc = check_frozen(frozen_source, manifest)
-    if held is None:
+    if held is None and match is None:
         label = NOT_HELDOUT
     else:
         lpath = ledger or default_ledger()
-        label = (ledger_record(lpath, frozen_doc, output=output) if record
-                 else ledger_label(lpath, frozen_doc["input"]["sha256"], frozen_doc))
-    return {"path": str(frozen_source), "manifest_fingerprint": frozen_doc["fingerprint"],
-            "source_fingerprint": frozen_doc["source_fingerprint"],
-            "created_at": frozen_doc["created_at"], "label": label}
+        key = match.key if match is not None else frozen_doc["input"]["sha256"]
+        label = (ledger_record(lpath, frozen_doc, output=output, key=key) if record
+                 else ledger_label(lpath, key, frozen_doc))
+    out = {"path": str(frozen_source), "manifest_fingerprint": frozen_doc["fingerprint"],
+           "source_fingerprint": frozen_doc["source_fingerprint"],
+           "created_at": frozen_doc["created_at"], "label": label}
+    if match is not None:
+        out["heldout_match"] = {"key": match.key, "name": match.name,
+                                "where": list(match.where), "how": match.how}
+    return out

@@ -37,8 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.data._jsonio import load_schema
-from engram_eval.errors import ProvenanceError
-from engram_eval.io import canonical_json, exclusive_write, package_root, sha256_file, sha256_json
+from engram_eval.errors import ProvenanceError, StorageError
+from engram_eval.io import (
+    canonical_json,
+    check_name_lengths,
+    exclusive_write,
+    make_parent,
+    package_root,
+    sha256_file,
+    sha256_json,
+    storage_errors,
+)
 from engram_eval.provenance.sources import run_sources
 
 SCHEMA_VERSION = 1
@@ -246,17 +255,25 @@ def claim_output(output: str | Path, meta: Mapping[str, Any]) -> None:
     side = sidecar_path(out)
     summ = summary_path(out)
     hint = "use --resume to continue that run, or choose a new output name"
+    # Operating-system failures (read-only file system, disk full, a parent that is a file,
+    # a name too long) are one StorageError naming the path; nothing is left behind.
+    with storage_errors(out, "create", cls=StorageError):
+        check_name_lengths((out, side, summ), hint="choose a shorter output name (the sidecar "
+                           "adds '.metadata.json' to it)")
     for p in (side, summ):
         if p.exists():
             raise ProvenanceError(f"{p} already exists; refusing to overwrite ({hint})")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    with storage_errors(out, "create", cls=StorageError):
+        make_parent(out)
+        try:
+            fd = os.open(out, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            raise ProvenanceError(f"{out} already exists; refusing to overwrite ({hint})"
+                                  ) from None
+        os.close(fd)
     try:
-        fd = os.open(out, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        raise ProvenanceError(f"{out} already exists; refusing to overwrite ({hint})") from None
-    os.close(fd)
-    try:
-        exclusive_write(side, json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+        with storage_errors(side, "create", cls=StorageError):
+            exclusive_write(side, json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
     except FileExistsError:
         os.unlink(out)  # we created it empty a moment ago
         raise ProvenanceError(f"{side} already exists; refusing to overwrite ({hint})") from None

@@ -53,6 +53,8 @@ _PROVENANCE = (
     "engram_eval/provenance/sources.py",
     "engram_eval/provenance/sidecar.py",
     "engram_eval/provenance/frozen.py",
+    # the content-keyed held-out guard: whether a run is refused, its ledger entry and label
+    "engram_eval/provenance/heldout.py",
 )
 
 #: Files that can change a benchmark run's rows or metrics, whatever the retriever.
@@ -77,6 +79,8 @@ RUN_CORE_SOURCES: tuple[str, ...] = (
     "engram_eval/retrieval/__init__.py",
     "engram_eval/retrieval/base.py",
     "engram_eval/retrieval/settings.py",
+    # unparsable dates counted into every run's summary (retrieval.temporal.unparsable_dates)
+    "engram_eval/retrieval/temporal.py",
 )
 
 #: Files that can change a production result (hashed into manifests and outputs), besides
@@ -108,6 +112,12 @@ PRODUCTION_CORE_SOURCES: tuple[str, ...] = (
 NOT_HASHED: dict[str, str] = {
     "engram_eval/runs/progress.py":
         "progress display only (a bar or log lines on stderr); receives counts, returns nothing",
+    "engram_eval/runs/reader.py":
+        "reads a finished run's rows and sidecar back (resume's row check, merge's shard check, "
+        "verify); it parses and refuses, and never writes a row, a ranking or a metric",
+    "engram_eval/runs/verify.py":
+        "re-checks rows already written (resume keeps a row only if it passes; merge refuses a "
+        "shard that fails); it accepts or refuses and never changes a row, ranking or metric",
     "engram_eval/schemas/sidecar.schema.json":
         "validates a sidecar's metadata when it is read back (resume, merge, verify); it "
         "accepts or refuses metadata and never touches rows, rankings or metrics",
@@ -135,6 +145,9 @@ FILE_GENERATORS: dict[str, str] = {
     # results/longmemeval_s_dev_split (scripts/publish_tuning.sh)
     "tuned.yaml": "engram_eval/analysis/tune.py",
     "tuned.yaml.tuning.json": "engram_eval/analysis/tune.py",
+    # results/structure (scripts/publish_structure.sh)
+    "tuned_by_structure.yaml": "engram_eval/analysis/tune_parts.py",
+    "tuned_by_structure.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
     # results/production (scripts/publish_production.sh)
     "calibration_v1.report.json": "benchmarks/production_retrieval/calibrate.py",
     "calibration_v1.report.png": "benchmarks/production_retrieval/calibrate.py",

@@ -6,6 +6,13 @@ exactly the same model weights, inference code and input text. The cache
 changes speed, never results: a run records whether it was used but the cache is not
 part of the run fingerprint. Writes are committed per batch; a crash loses at most the
 batch being written, and SQLite keeps the file consistent.
+
+Every entry carries a checksum of its value (blake2b of the stored bytes), checked on each
+read: a value changed in the database afterwards is a :class:`~engram_eval.errors.CacheError`
+naming the cache file and the key (``--no-use-cache`` goes around the cache; deleting the
+cache directory rebuilds it), never a silently different ranking. The schema is versioned by
+file name (:data:`CACHE_FILE`): a cache written before checksums (``cache.sqlite3``) is left
+as it is and not read.
 """
 
 from __future__ import annotations
@@ -14,12 +21,20 @@ import hashlib
 import os
 import random
 import sqlite3
+import struct
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from engram_eval.errors import CacheError
+
+#: The database file of the current schema (entries with a checksum). Older files in the
+#: same directory (``cache.sqlite3``, no checksums) are never read or changed.
+CACHE_FILE = "cache.v2.sqlite3"
+SCHEMA_VERSION = 2
 
 
 def default_cache_dir() -> Path:
@@ -83,6 +98,16 @@ def _retry(fn: Any, *args: Any) -> Any:
     return None  # pragma: no cover
 
 
+def _vector_sum(dim: int, blob: bytes) -> str:
+    """Checksum of a stored vector: blake2b over its dimension and float32 bytes."""
+    return hashlib.blake2b(struct.pack("<q", dim) + blob, digest_size=16).hexdigest()
+
+
+def _score_sum(value: float) -> str:
+    """Checksum of a stored score: blake2b over its float64 bytes."""
+    return hashlib.blake2b(struct.pack("<d", value), digest_size=16).hexdigest()
+
+
 class VectorCache:
     """Maps key -> float32 vector and key -> float score.
 
@@ -96,16 +121,18 @@ class VectorCache:
     One connection per process: open a new ``VectorCache`` in each worker."""
 
     def __init__(self, directory: str | Path) -> None:
-        self.path = Path(directory) / "cache.sqlite3"
+        self.path = Path(directory) / CACHE_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S,
                                    isolation_level=None)  # transactions are explicit
         self._db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         _retry(self._db.execute, "PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at checkpoints, never torn
-        self._write([("CREATE TABLE IF NOT EXISTS vec (k TEXT PRIMARY KEY, dim INTEGER, v BLOB)",
-                      None),
-                     ("CREATE TABLE IF NOT EXISTS score (k TEXT PRIMARY KEY, v REAL)", None)])
+        self._write([("CREATE TABLE IF NOT EXISTS vec (k TEXT PRIMARY KEY, dim INTEGER, v BLOB, "
+                      "sum TEXT NOT NULL)", None),
+                     ("CREATE TABLE IF NOT EXISTS score (k TEXT PRIMARY KEY, v REAL, "
+                      "sum TEXT NOT NULL)", None),
+                     (f"PRAGMA user_version={SCHEMA_VERSION}", None)])
 
     def _write(self, statements: list[tuple[str, list[tuple[Any, ...]] | None]]) -> None:
         def txn() -> None:
@@ -131,33 +158,46 @@ class VectorCache:
         out: dict[str, np.ndarray] = {}
         for i in range(0, len(keys), 500):
             chunk = keys[i : i + 500]
-            q = "SELECT k, dim, v FROM vec WHERE k IN ({})".format(",".join("?" * len(chunk)))
-            for k, dim, blob in _retry(self._fetch, q, chunk):
-                vec = np.frombuffer(blob, dtype=np.float32)
-                if vec.shape[0] == dim:
-                    out[k] = vec
+            q = "SELECT k, dim, v, sum FROM vec WHERE k IN ({})".format(
+                ",".join("?" * len(chunk)))
+            for k, dim, blob, stored in _retry(self._fetch, q, chunk):
+                if not isinstance(blob, bytes) or not isinstance(dim, int) \
+                        or stored != _vector_sum(dim, blob) or len(blob) != 4 * dim:
+                    raise self._corrupt(k, "vector")
+                out[k] = np.frombuffer(blob, dtype=np.float32)
         return out
 
+    def _corrupt(self, key: str, what: str) -> CacheError:
+        return CacheError(self.path, key, (
+            f"{self.path}: cache entry {key} ({what}) does not match its checksum: the stored "
+            "value was changed after it was written. Run with --no-use-cache to compute "
+            f"without the cache, or delete the cache directory {self.path.parent} (it is "
+            "rebuilt as needed)."))
+
     def put_vectors(self, items: Mapping[str, np.ndarray]) -> None:
-        rows = [(k, int(v.shape[0]), np.ascontiguousarray(v, dtype=np.float32).tobytes())
-                for k, v in items.items()]
+        rows = []
+        for k, v in items.items():
+            blob = np.ascontiguousarray(v, dtype=np.float32).tobytes()
+            rows.append((k, int(v.shape[0]), blob, _vector_sum(int(v.shape[0]), blob)))
         if rows:
-            self._write([("INSERT OR IGNORE INTO vec VALUES (?, ?, ?)", rows)])
+            self._write([("INSERT OR IGNORE INTO vec VALUES (?, ?, ?, ?)", rows)])
 
     def get_scores(self, keys: Iterable[str]) -> dict[str, float]:
         keys = list(keys)
         out: dict[str, float] = {}
         for i in range(0, len(keys), 500):
             chunk = keys[i : i + 500]
-            q = "SELECT k, v FROM score WHERE k IN ({})".format(",".join("?" * len(chunk)))
-            out.update({k: float(v)
-                        for k, v in _retry(self._fetch, q, chunk)})
+            q = "SELECT k, v, sum FROM score WHERE k IN ({})".format(",".join("?" * len(chunk)))
+            for k, v, stored in _retry(self._fetch, q, chunk):
+                if not isinstance(v, float) or stored != _score_sum(v):
+                    raise self._corrupt(k, "score")
+                out[k] = v
         return out
 
     def put_scores(self, items: Mapping[str, float]) -> None:
-        rows = [(k, float(v)) for k, v in items.items()]
+        rows = [(k, float(v), _score_sum(float(v))) for k, v in items.items()]
         if rows:
-            self._write([("INSERT OR IGNORE INTO score VALUES (?, ?)", rows)])
+            self._write([("INSERT OR IGNORE INTO score VALUES (?, ?, ?)", rows)])
 
     def close(self) -> None:
         self._db.close()

@@ -30,6 +30,9 @@ derived from them. Per question (one corpus per question, nothing shared but cac
    any reranked score), whatever ``rrf_k`` and the weights. Passage fallback: when every base
    sigmoid score is under ``passage_floor``, each candidate longer than ``passage_max_words``
    gets one focused excerpt (:mod:`.passages`) scored too, and the larger raw score survives.
+   What is scored is ``rerank_unit``: ``passage`` (the session text with that fallback, the
+   default), ``session`` (the session text only) or ``turn`` (every user turn with text, a
+   session taking its best turn's raw score, traced as ``rerank_turn``).
 6. Prior coverage (:mod:`.coverage`), only after a rerank and when ``preserve_prior``: the
    leader of the prior ranking *after the temporal step* (``temporal_rank`` 1) is kept in the
    first ``result_k`` results; if it was below, it moves to slot ``result_k`` and gets the
@@ -133,11 +136,17 @@ class HybridRetriever:
                               if s.use_dense else None)
         self.reranker_ref = (resolve_model(s.reranker_model, "reranker")
                              if s.rerank else None)
-        from engram_eval.retrieval.onnx_export import prepare_embedding_backend
+        from engram_eval.retrieval.onnx_export import (
+            prepare_embedding_backend,
+            prepare_reranker_backend,
+        )
 
-        # the exported ONNX model (backend onnx), recorded with the run's models
+        # the exported ONNX models (backend onnx), recorded with the run's models
         self.onnx_ref = prepare_embedding_backend(s.embedding_backend, self.embedding_ref,
                                                   s.embedding_precision, s.cache_dir)
+        self.reranker_onnx_ref = (prepare_reranker_backend(s.reranker_backend, self.reranker_ref,
+                                                           s.reranker_precision, s.cache_dir)
+                                  if s.rerank else None)
         self._cache: Any = vector_cache
         self._encoder: Any = None
         self._cross: Any = None
@@ -149,8 +158,8 @@ class HybridRetriever:
 
     # -- provenance -------------------------------------------------------------
     def models(self) -> list[ModelRef]:
-        return [r for r in (self.embedding_ref, self.onnx_ref, self.reranker_ref)
-                if r is not None]
+        return [r for r in (self.embedding_ref, self.onnx_ref, self.reranker_ref,
+                            self.reranker_onnx_ref) if r is not None]
 
     def source_modules(self) -> list[str]:
         return list(PIPELINE_SOURCES)
@@ -191,7 +200,10 @@ class HybridRetriever:
 
             assert self.reranker_ref is not None
             model = make_cross_encoder(self.settings.reranker_backend, self.reranker_ref,
-                                       self.settings.rerank_max_length)
+                                       self.settings.rerank_max_length,
+                                       self.settings.batch_size,
+                                       onnx_ref=self.reranker_onnx_ref,
+                                       precision=self.settings.reranker_precision)
             self._cross = CachedCrossEncoder(model, self._vector_cache(),
                                              self.settings.reranker_backend,
                                              self.settings.rerank_max_length)

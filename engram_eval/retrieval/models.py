@@ -162,4 +162,7 @@ def resolve_model(name_or_path: str, role: str) -> ModelRef:
         + "-model /path/to/model, a folder with config.json and weights), or populate the "
         "Hugging Face cache beforehand on a machine with access, e.g. "
         f"`huggingface-cli download {name_or_path}` (cache: $HF_HOME/hub)."
+        + (" Or train one on a tuning part: `engram-eval train-reranker PART --run RUN "
+           "--output DIR`, then --reranker-model DIR --rerank-unit turn."
+           if role == "reranker" else "")
     )

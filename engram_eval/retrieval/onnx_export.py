@@ -14,6 +14,12 @@ never see half an export and concurrent exporters do not clash. The directory is
 like any model directory and returned as a :class:`~engram_eval.retrieval.models.ModelRef` (role
 ``embedding-onnx``), which a run records among its models (so it is in the fingerprint).
 
+A cross-encoder (``reranker-onnx``, :func:`export_reranker_onnx`): the model directory's
+sequence-classification model (a sentence-transformers ``CrossEncoder`` directory is a Hugging
+Face ``...ForSequenceClassification`` directory) exported whole, its output the ``logits``
+``[batch, num_labels]``; same cache layout (variant ``cross-fp32`` / ``cross-int8-<scheme>``,
+the recipe carrying ``task: sequence-classification``), same quantisation.
+
 int8 scheme, from the CPU's instruction set (``/proc/cpuinfo`` flags):
 
 * ``vnni`` (``avx512_vnni``, ``avx_vnni`` or ``amx_int8``): signed int8 weights (U8S8), the
@@ -131,13 +137,47 @@ def _st_layout(model_dir: Path) -> tuple[Path, str, int, int]:
     return transformer, pooling, max_len, dim
 
 
-def recipe(precision: str, scheme: str | None) -> dict[str, Any]:
+def _ce_layout(model_dir: Path) -> tuple[Path, dict[str, Any]]:
+    """(model directory, its config.json) of a cross-encoder: a Hugging Face
+    sequence-classification directory, or a sentence-transformers directory whose only module
+    is that Transformer."""
+    transformer = model_dir
+    modules = model_dir / "modules.json"
+    if modules.is_file():
+        mods = json.loads(modules.read_text(encoding="utf-8"))
+        other = [str(m.get("type", "")) for m in mods
+                 if not str(m.get("type", "")).endswith("Transformer")]
+        if other:
+            raise ConfigError(f"{model_dir}: the onnx reranker backend supports "
+                              f"sequence-classification cross-encoders only (modules {other})")
+        for m in mods:
+            transformer = model_dir / m.get("path", "")
+    conf_file = transformer / "config.json"
+    if not conf_file.is_file():
+        raise ModelUnavailableError(f"{transformer}: config.json is missing")
+    conf = json.loads(conf_file.read_text(encoding="utf-8"))
+    archs = [str(a) for a in conf.get("architectures") or []]
+    if archs and not any(a.endswith("ForSequenceClassification") for a in archs):
+        raise ConfigError(f"{transformer}: the onnx reranker backend needs a "
+                          f"...ForSequenceClassification model, not {archs}")
+    if not (transformer / "tokenizer.json").is_file():
+        raise ModelUnavailableError(f"{transformer}: tokenizer.json is missing; the onnx "
+                                    "backend needs a fast-tokenizer file")
+    return transformer, conf
+
+
+TASKS = ("embedding", "reranker")
+
+
+def recipe(precision: str, scheme: str | None, task: str = "embedding") -> dict[str, Any]:
     """Everything that shapes the exported bytes, besides the source model."""
     r: dict[str, Any] = {"recipe_version": RECIPE_VERSION, "opset": OPSET,
                          "exporter": "torch.onnx.export(dynamo=False)",
                          "torch": _version("torch"), "onnx": _version("onnx"),
                          "onnxruntime": _version("onnxruntime"),
                          "transformers": _version("transformers"), "precision": precision}
+    if task == "reranker":  # (embedding recipes keep their original keys, hence hashes)
+        r["task"] = "sequence-classification"
     if precision == "int8":
         r["int8_scheme"] = scheme
         r["quantization"] = {"method": "onnxruntime.quantization.quantize_dynamic",
@@ -146,14 +186,16 @@ def recipe(precision: str, scheme: str | None) -> dict[str, Any]:
 
 
 def export_dir(source: ModelRef, precision: str, cache_root: str | Path | None = None,
-               scheme: str | None = None) -> Path:
+               scheme: str | None = None, task: str = "embedding") -> Path:
     from engram_eval.retrieval.cache import default_cache_dir
 
     if precision == "int8" and scheme is None:
         scheme = int8_scheme()
-    rec = recipe(precision, scheme)
+    rec = recipe(precision, scheme, task)
     key = hashlib.sha256(json.dumps(rec, sort_keys=True).encode()).hexdigest()[:16]
     variant = "fp32" if precision == "fp32" else f"int8-{scheme}"
+    if task == "reranker":
+        variant = f"cross-{variant}"
     root = Path(cache_root) if cache_root else default_cache_dir()
     return root / "onnx" / source.sha256 / f"{variant}-{key}"
 
@@ -192,6 +234,46 @@ def _export_fp32(transformer: Path, target: Path) -> None:
                           opset_version=OPSET, do_constant_folding=True)
 
 
+def _export_cross_fp32(model_dir: Path, target: Path) -> list[str]:
+    """Export the sequence-classification model of ``model_dir`` (output ``logits``); returns
+    the graph's input names (``token_type_ids`` only where the model takes it)."""
+    import inspect
+    import warnings
+
+    import torch
+
+    try:
+        from transformers import AutoModelForSequenceClassification
+    except ImportError as e:  # pragma: no cover - a dependency of sentence-transformers
+        raise ImportError("transformers is required to export to ONNX") from e
+    model = AutoModelForSequenceClassification.from_pretrained(str(model_dir),
+                                                               local_files_only=True)
+    model.eval()
+    params = inspect.signature(model.forward).parameters
+    names = ["input_ids", "attention_mask"]
+    if "token_type_ids" in params:
+        names.append("token_type_ids")
+
+    class _Logits(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *inputs: Any) -> Any:
+            return self.inner(**dict(zip(names, inputs, strict=True))).logits
+
+    ids = torch.ones((2, 8), dtype=torch.long)
+    args = (ids, torch.ones_like(ids), torch.zeros_like(ids))[:len(names)]
+    dyn: dict[str, dict[int, str]] = {n: {0: "batch", 1: "sequence"} for n in names}
+    dyn["logits"] = {0: "batch"}
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings about shape-dependent branches
+        torch.onnx.export(_Logits(model), args, str(target), dynamo=False,
+                          input_names=names, output_names=["logits"], dynamic_axes=dyn,
+                          opset_version=OPSET, do_constant_folding=True)
+    return names
+
+
 def _quantize(src: Path, target: Path, scheme: str) -> None:
     try:
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -205,34 +287,53 @@ def _quantize(src: Path, target: Path, scheme: str) -> None:
 
 
 def export_onnx(source: ModelRef, precision: str = "fp32",
-                cache_root: str | Path | None = None, scheme: str | None = None) -> ModelRef:
-    """Export (once; cached) and return the ONNX model for ``source`` at ``precision``."""
+                cache_root: str | Path | None = None, scheme: str | None = None,
+                task: str = "embedding") -> ModelRef:
+    """Export (once; cached) and return the ONNX model for ``source`` at ``precision``:
+    ``task`` ``embedding`` (the transformer, role ``embedding-onnx``) or ``reranker`` (the
+    sequence-classification model, role ``reranker-onnx``)."""
+    if task not in TASKS:
+        raise ValueError(f"unknown onnx export task {task!r}")
+    field = "embedding_precision" if task == "embedding" else "reranker_precision"
     if precision not in ONNX_PRECISIONS:
-        raise ConfigError(f"config field embedding_precision={precision!r}: the onnx backend "
+        raise ConfigError(f"config field {field}={precision!r}: the onnx backend "
                           f"supports {list(ONNX_PRECISIONS)}")
     for mod, pin in (("onnxruntime", "onnxruntime>=1.17"), ("onnx", "onnx>=1.15")):
         try:
             __import__(mod)
         except ImportError as e:
-            raise ImportError(f"{mod} is required for the onnx embedding backend (a core "
+            raise ImportError(f"{mod} is required for the onnx {task} backend (a core "
                               f"dependency of engram-eval): pip install '{pin}'") from e
     if precision == "int8" and scheme is None:
         scheme = int8_scheme()
-    final = export_dir(source, precision, cache_root, scheme)
+    final = export_dir(source, precision, cache_root, scheme, task)
     if not (final / "export.json").is_file():
-        transformer, pooling, max_len, dim = _st_layout(Path(source.path))
+        info: dict[str, Any] = {"source_sha256": source.sha256, "source_name": source.name}
+        if task == "embedding":
+            transformer, pooling, max_len, dim = _st_layout(Path(source.path))
+            info.update(pooling=pooling, max_seq_length=max_len, dim=dim)
+        else:
+            transformer, conf = _ce_layout(Path(source.path))
+            info.update(task="sequence-classification",
+                        num_labels=int(conf.get("num_labels")
+                                       or len(conf.get("id2label") or {}) or 1),
+                        max_position_embeddings=int(conf.get("max_position_embeddings", 512)))
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=final.parent))
         try:
-            if precision == "fp32":
+            if precision == "fp32" and task == "embedding":
                 _export_fp32(transformer, tmp / "model.onnx")
+            elif precision == "fp32":
+                info["input_names"] = _export_cross_fp32(transformer, tmp / "model.onnx")
             else:
-                base = export_onnx(source, "fp32", cache_root)
+                base = export_onnx(source, "fp32", cache_root, task=task)
                 _quantize(Path(base.path) / "model.onnx", tmp / "model.onnx", str(scheme))
+                if task == "reranker":
+                    base_info = json.loads((Path(base.path) / "export.json").read_text(
+                        encoding="utf-8"))
+                    info["input_names"] = base_info["input_names"]
             shutil.copyfile(transformer / "tokenizer.json", tmp / "tokenizer.json")
-            info = {"source_sha256": source.sha256, "source_name": source.name,
-                    "pooling": pooling, "max_seq_length": max_len, "dim": dim,
-                    "recipe": recipe(precision, scheme)}
+            info["recipe"] = recipe(precision, scheme, task)
             atomic_write(tmp / "export.json", json.dumps(info, indent=2, sort_keys=True) + "\n")
             try:
                 os.rename(tmp, final)
@@ -245,8 +346,16 @@ def export_onnx(source: ModelRef, precision: str = "fp32",
                 shutil.rmtree(tmp, ignore_errors=True)
     files, combined = hash_model_dir(final)
     variant = final.name.rsplit("-", 1)[0]
-    return ModelRef("embedding-onnx", f"{source.name} [onnx {variant}]", str(final),
+    role = "embedding-onnx" if task == "embedding" else "reranker-onnx"
+    return ModelRef(role, f"{source.name} [onnx {variant}]", str(final),
                     f"onnx-export:{source.sha256}", final.name, files, combined)
+
+
+def export_reranker_onnx(source: ModelRef, precision: str = "fp32",
+                         cache_root: str | Path | None = None,
+                         scheme: str | None = None) -> ModelRef:
+    """:func:`export_onnx` of a cross-encoder (role ``reranker-onnx``)."""
+    return export_onnx(source, precision, cache_root, scheme, task="reranker")
 
 
 def prepare_embedding_backend(backend: str, source: ModelRef | None, precision: str,
@@ -259,3 +368,15 @@ def prepare_embedding_backend(backend: str, source: ModelRef | None, precision: 
     if backend != "onnx" or source is None:
         return None
     return export_onnx(source, precision, cache_root or None)
+
+
+def prepare_reranker_backend(backend: str, source: ModelRef | None, precision: str,
+                             cache_root: str | Path | None = None) -> ModelRef | None:
+    """As :func:`prepare_embedding_backend`, for the cross-encoder (``reranker_backend``,
+    ``reranker_precision``): the exported model for ``onnx``, None otherwise."""
+    if precision == "int8" and backend != "onnx":
+        raise ConfigError("config field reranker_precision=int8 needs reranker_backend=onnx "
+                          "(dynamic int8 quantisation)")
+    if backend != "onnx" or source is None:
+        return None
+    return export_reranker_onnx(source, precision, cache_root or None)

@@ -68,6 +68,7 @@ class QuestionTrace(TypedDict, total=False):
     temporal: bool
     temporal_boost: float
     chat_roles: bool
+    structure: dict[str, Any]
     feedback: dict[str, Any]
 
 
@@ -84,6 +85,7 @@ class SessionTrace(TypedDict, total=False):
     reranked: bool
     rerank_rank: int | None
     base_raw_score: float
+    rerank_turn: int | None
     passage: dict[str, Any]
     raw_score: float
     final_score: float
@@ -200,7 +202,7 @@ def new_state(question_id: str, text: str, question_date: str, settings: Retriev
     (resolved here: it depends on the question alone)."""
     from engram_eval.retrieval.temporal import safe_time_window
 
-    c = settings
+    c = settings.for_chat_roles(corpus.chat_roles)  # the haystack's chat structure decides
     window, status = safe_time_window(text, question_date)
     st = QuestionState(question_id, text, question_date, c, corpus)
     st.window = window
@@ -208,6 +210,10 @@ def new_state(question_id: str, text: str, question_date: str, settings: Retriev
                               time_window=window_trace(window), temporal_status=status,
                               temporal=c.temporal, temporal_boost=c.temporal_boost,
                               chat_roles=corpus.chat_roles)
+    if settings.people_overrides:  # traced only when the structures can differ
+        st.qtrace["structure"] = {
+            "kind": "chat" if corpus.chat_roles else "people",
+            "overrides": {} if corpus.chat_roles else dict(settings.people_overrides)}
     st.traces = [SessionTrace() for _ in range(st.n)]
     return st
 
@@ -354,12 +360,15 @@ def cross_scores(st: QuestionState, cands: list[int], score_pairs: ScorePairs
 
     c = st.settings
     q = st.text
+    if c.rerank_unit == "turn":
+        return turn_scores(st, cands, score_pairs)
     docs = {i: rerank_document(st.corpus.sessions[i], st.corpus.chat_roles) for i in cands}
     base = score_pairs([(q, docs[i]) for i in cands])
     raw = dict(zip(cands, base, strict=False))
     for i in cands:
         st.traces[i]["base_raw_score"] = raw[i]
-    if c.passage_fallback and all(sigmoid(x) < c.passage_floor for x in base):
+    if (c.rerank_unit == "passage" and c.passage_fallback
+            and all(sigmoid(x) < c.passage_floor for x in base)):
         from engram_eval.retrieval.passages import select_excerpt
 
         excerpts = {}
@@ -376,6 +385,38 @@ def cross_scores(st: QuestionState, cands: list[int], score_pairs: ScorePairs
                                            "source_start": ex.start, "source_end": ex.end,
                                            "passage_words": ex.words}
                 raw[i] = max(raw[i], x)
+    return raw
+
+
+def turn_scores(st: QuestionState, cands: list[int], score_pairs: ScorePairs
+                ) -> dict[int, float]:
+    """``rerank_unit: turn``: every user turn with text of each candidate is scored (one
+    batch); a session's raw score is its best turn's (ties: the earlier turn), traced as
+    ``rerank_turn`` (the turn's index in the session) and ``base_raw_score``. A candidate with
+    no user text scores the session text instead (``rerank_turn`` null)."""
+    q = st.text
+    pairs: list[tuple[str, str]] = []
+    owner: list[tuple[int, int | None]] = []
+    for i in cands:
+        s = st.corpus.sessions[i]
+        roles = st.corpus.chat_roles  # the user_turns rule, keeping each turn's index
+        turns = [(k, t.content) for k, t in enumerate(s.turns)
+                 if (t.role == "user" or not roles) and t.content.strip()]
+        if not turns:
+            pairs.append((q, rerank_document(s, st.corpus.chat_roles)))
+            owner.append((i, None))
+        for k, text in turns:
+            pairs.append((q, text))
+            owner.append((i, k))
+    scores = score_pairs(pairs) if pairs else []
+    raw: dict[int, float] = {}
+    best_turn: dict[int, int | None] = {}
+    for (i, turn), x in zip(owner, scores, strict=True):
+        if i not in raw or x > raw[i]:
+            raw[i], best_turn[i] = x, turn
+    for i in cands:
+        st.traces[i]["base_raw_score"] = raw[i]
+        st.traces[i]["rerank_turn"] = best_turn[i]
     return raw
 
 

@@ -1,7 +1,9 @@
 """Cross-encoder rerank backends and score conversion.
 
-Backends (``--reranker-backend``): ``sentence_transformers`` (``CrossEncoder``) and
-``flag_embedding`` (``FlagReranker``). Both return the model's *raw* logit per
+Backends (``--reranker-backend``): ``sentence_transformers`` (``CrossEncoder``),
+``flag_embedding`` (``FlagReranker``) and ``onnx`` (ONNX Runtime over the model exported by
+:func:`engram_eval.retrieval.onnx_export.export_reranker_onnx`, fp32 or int8). All return the
+model's *raw* logit per
 (query, document) pair; :func:`sigmoid` turns it into the [0, 1] score used for ranking
 and for the passage-fallback floor (shared with production search). Models load from a
 local directory only (see :mod:`engram_eval.retrieval.models`).
@@ -97,11 +99,90 @@ class FlagCrossEncoder(_LocalCrossEncoder):
         return [float(x) for x in out]
 
 
-def make_cross_encoder(backend: str, ref: ModelRef, max_length: int) -> CrossEncoderBackend:
-    if backend == "sentence_transformers":
+class OnnxCrossEncoder(_LocalCrossEncoder):
+    """ONNX Runtime (CPU) over an exported cross-encoder. ``ref`` is the *exported* model
+    (role ``reranker-onnx``; its hash keys the score cache), ``source`` the model it came
+    from. Pairs are encoded with the model's ``tokenizer.json`` (``tokenizers``), truncated
+    to ``max_length`` with ``longest_first`` as sentence-transformers' ``CrossEncoder``
+    does; within one call they are sorted by length so each batch of ``batch_size`` pads
+    little, and the logits come back in input order."""
+
+    backend = "onnx"
+
+    def __init__(self, ref: ModelRef, max_length: int = 512, batch_size: int = 16,
+                 source: ModelRef | None = None, threads: int = 0) -> None:
+        super().__init__(ref, max_length, batch_size)
+        self.source = source
+        self.threads = threads
+        self._tok: Any = None
+        self._inputs: set[str] = set()
+
+    def load(self) -> Any:
+        if self._model is None:
+            from pathlib import Path
+
+            try:
+                import onnxruntime as ort
+                from tokenizers import Tokenizer
+            except ImportError as e:  # pragma: no cover - core dependencies
+                raise ImportError("pip install 'onnxruntime>=1.17' tokenizers") from e
+            d = Path(self.ref.path)
+            opts = ort.SessionOptions()
+            if self.threads:
+                opts.intra_op_num_threads = self.threads
+            session = ort.InferenceSession(str(d / "model.onnx"), opts,
+                                           providers=["CPUExecutionProvider"])
+            tok = Tokenizer.from_file(str(d / "tokenizer.json"))
+            tok.enable_truncation(max_length=self.max_length, strategy="longest_first")
+            tok.no_padding()
+            self._tok = tok
+            self._inputs = {i.name for i in session.get_inputs()}
+            self._model = session
+        return self._model
+
+    def raw_scores(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        if not pairs:
+            return []
+        import numpy as np
+
+        session = self.load()
+        enc = self._tok.encode_batch([(str(q), str(d)) for q, d in pairs])
+        order = sorted(range(len(enc)), key=lambda i: -len(enc[i].ids))
+        out = np.zeros(len(enc), dtype=np.float64)
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            width = max(len(enc[i].ids) for i in idx)
+            ids = np.zeros((len(idx), width), dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            types = np.zeros((len(idx), width), dtype=np.int64)
+            for r, i in enumerate(idx):
+                n = len(enc[i].ids)
+                ids[r, :n] = enc[i].ids
+                mask[r, :n] = 1
+                types[r, :n] = enc[i].type_ids
+            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+            logits = session.run(["logits"],
+                                 {k: v for k, v in feeds.items() if k in self._inputs})[0]
+            out[idx] = np.asarray(logits, dtype=np.float64).reshape(len(idx), -1)[:, 0]
+        return [float(x) for x in out]
+
+
+def make_cross_encoder(backend: str, ref: ModelRef, max_length: int, batch_size: int = 16,
+                       onnx_ref: ModelRef | None = None,
+                       precision: str = "fp32") -> CrossEncoderBackend:
+    """The cross-encoder of ``backend``; for ``onnx``, ``onnx_ref`` is the exported model
+    (:func:`engram_eval.retrieval.onnx_export.prepare_reranker_backend`), exported on the
+    spot at ``precision`` when not given."""
+    if backend == "sentence_transformers":  # (torch backends keep their batch of 16)
         return SentenceTransformersCrossEncoder(ref, max_length)
     if backend == "flag_embedding":
         return FlagCrossEncoder(ref, max_length)
+    if backend == "onnx":
+        if onnx_ref is None:
+            from engram_eval.retrieval.onnx_export import export_reranker_onnx
+
+            onnx_ref = export_reranker_onnx(ref, precision)
+        return OnnxCrossEncoder(onnx_ref, max_length, batch_size, source=ref)
     raise ValueError(f"unknown reranker backend {backend!r}")
 
 

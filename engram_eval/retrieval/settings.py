@@ -38,6 +38,9 @@ SIGNALS: tuple[tuple[str, str, str], ...] = (
     ("dense_rocchio", "use_dense_rocchio", "weight_dense_rocchio"),
 )
 
+#: Groups whose fields may differ by chat structure (``people_overrides``).
+STRUCTURE_GROUPS = ("fusion", "temporal")
+
 #: CLI/argument-group order (stages of the pipeline).
 GROUPS = ("selection", "dense", "lexical", "fusion", "temporal", "rerank", "coverage",
           "runtime")
@@ -58,6 +61,17 @@ def _f(default: Any, help: str, *, group: str, fingerprint: bool = True,
     return field(default=default, metadata=meta)
 
 
+def short_repr(value: Any, limit: int = 80) -> str:
+    """A repr of ``value`` for an error message, at most ``limit`` characters: never expands
+    a big or deeply shared value (a YAML alias bomb), whatever its size."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxstring, r.maxother = 3, limit, limit
+    text = r.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def check_fields(obj: Any) -> None:
     """Type, choice and range checks of every dataclass field of ``obj`` (ConfigError)."""
     for f in fields(obj):
@@ -65,29 +79,30 @@ def check_fields(obj: Any) -> None:
         m = f.metadata
         t = str(f.type)
         if m.get("choices") and v not in m["choices"]:
-            raise ConfigError(f"config field {f.name}={v!r}: must be one of {list(m['choices'])}")
+            raise ConfigError(f"config field {f.name}={short_repr(v)}: must be one of "
+                              f"{list(m['choices'])}")
         if v is None:
             if "None" not in t:
                 raise ConfigError(f"config field {f.name} may not be null")
             continue
         if t == "bool":
             if not isinstance(v, bool):
-                raise ConfigError(f"config field {f.name}={v!r}: must be true or false")
+                raise ConfigError(f"config field {f.name}={short_repr(v)}: must be true or false")
             continue
         if t.startswith("int"):
             if isinstance(v, bool) or not isinstance(v, int):
-                raise ConfigError(f"config field {f.name}={v!r}: must be an integer")
+                raise ConfigError(f"config field {f.name}={short_repr(v)}: must be an integer")
         elif t == "float":
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
-                raise ConfigError(f"config field {f.name}={v!r}: must be a number")
+                raise ConfigError(f"config field {f.name}={short_repr(v)}: must be a number")
         elif t == "str":
             if not isinstance(v, str):
-                raise ConfigError(f"config field {f.name}={v!r}: must be a string")
+                raise ConfigError(f"config field {f.name}={short_repr(v)}: must be a string")
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             if m.get("lo") is not None and v < m["lo"]:
-                raise ConfigError(f"config field {f.name}={v!r}: must be >= {m['lo']}")
+                raise ConfigError(f"config field {f.name}={short_repr(v)}: must be >= {m['lo']}")
             if m.get("hi") is not None and v > m["hi"]:
-                raise ConfigError(f"config field {f.name}={v!r}: must be <= {m['hi']}")
+                raise ConfigError(f"config field {f.name}={short_repr(v)}: must be <= {m['hi']}")
 
 
 @dataclass(frozen=True)
@@ -165,6 +180,13 @@ class RetrievalSettings:
                                 group="fusion", lo=0.0, hi=10.0)
     weight_dense_rocchio: float = _f(0.0, "fusion weight of the Rocchio dense signal",
                                      group="fusion", lo=0.0, hi=10.0)
+    people_overrides: dict = _f({}, "fusion and temporal settings that replace the ones above "
+                                "for a haystack WITHOUT chat roles (people talking to each "
+                                "other, e.g. LoCoMo; decided per haystack by "
+                                "engram_eval.data.records.has_chat_roles): a mapping field -> "
+                                "value over the fusion and temporal fields; empty = one set of "
+                                "settings for every haystack. YAML only.", group="fusion",
+                                cli=False)
     # temporal
     temporal: bool = _f(True, "boost sessions dated inside the question's time window",
                         group="temporal")
@@ -173,15 +195,26 @@ class RetrievalSettings:
                                lo=1.0, hi=10.0)
     # rerank
     rerank: bool = _f(False, "rerank the top candidates with a cross-encoder", group="rerank")
-    reranker_backend: str = _f("sentence_transformers", "cross-encoder backend",
-                               group="rerank", choices=("sentence_transformers",
-                                                        "flag_embedding"))
+    reranker_backend: str = _f("sentence_transformers", "cross-encoder backend: "
+                               "sentence_transformers (torch), flag_embedding, or onnx (ONNX "
+                               "Runtime over a graph exported offline from the model files, "
+                               "cached)", group="rerank",
+                               choices=("sentence_transformers", "flag_embedding", "onnx"))
+    reranker_precision: str = _f("fp32", "cross-encoder inference precision: fp32, or int8 "
+                                 "(reranker_backend onnx only: dynamic quantisation, scheme "
+                                 "chosen for the CPU)", group="rerank",
+                                 choices=("fp32", "int8"))
     reranker_model: str = _f("BAAI/bge-reranker-base", "cross-encoder: HF id in the local "
                              "cache or a local path", group="rerank")
     rerank_candidates: int = _f(35, "how many fused candidates are reranked", group="rerank",
                                 lo=1, hi=10000)
     rerank_max_length: int = _f(512, "cross-encoder max input tokens", group="rerank",
                                 lo=16, hi=8192)
+    rerank_unit: str = _f("passage", "what the cross-encoder scores per candidate session: "
+                          "'passage' = the session text, with the focused-excerpt fallback "
+                          "below (the pipeline's original rule); 'session' = the session text "
+                          "only; 'turn' = each user turn with text, the session scoring its "
+                          "best turn", group="rerank", choices=("passage", "session", "turn"))
     fusion_alpha: float = _f(0.0, "blend of the prior (fused) rank into the reranked score",
                              group="rerank", lo=0.0, hi=1.0)
     passage_fallback: bool = _f(True, "retry long documents with a focused excerpt when every "
@@ -214,6 +247,21 @@ class RetrievalSettings:
         if self.use_dense_rocchio and not self.use_dense:
             raise ConfigError("config field use_dense_rocchio: needs use_dense (it re-scores "
                               "the dense pieces)")
+        if self.people_overrides:
+            if not isinstance(self.people_overrides, Mapping):
+                raise ConfigError("config field people_overrides: must be a mapping of "
+                                  "fusion/temporal field -> value")
+            allowed = {f.name for f in fields(self)
+                       if f.metadata.get("group") in STRUCTURE_GROUPS
+                       and f.name != "people_overrides"}
+            bad = sorted(str(k) for k in self.people_overrides if k not in allowed)
+            if bad:
+                raise ConfigError(f"config field people_overrides: {bad[0]!r} is not a fusion "
+                                  f"or temporal field; allowed: {sorted(allowed)}")
+            try:
+                dataclasses.replace(self, people_overrides={}, **self.people_overrides)
+            except ConfigError as e:
+                raise ConfigError(f"config field people_overrides: {e}") from None
 
     # ------------------------------------------------------------------
     @classmethod
@@ -226,6 +274,13 @@ class RetrievalSettings:
         if isinstance(config, Mapping):
             return cls(**{n: config[n] for n in names if n in config})
         return cls(**{n: getattr(config, n) for n in names if hasattr(config, n)})
+
+    def for_chat_roles(self, chat_roles: bool) -> RetrievalSettings:
+        """The settings a haystack uses: these for a chat (user/assistant roles), these with
+        ``people_overrides`` applied for people talking to each other."""
+        if chat_roles or not self.people_overrides:
+            return self
+        return dataclasses.replace(self, people_overrides={}, **self.people_overrides)
 
     def signal_names(self) -> list[str]:
         """Signals switched on (computed and traced), in trace order."""

@@ -62,9 +62,10 @@ no window (:data:`STATUSES`: ``window``, ``no_expression``, ``no_question_date``
 from __future__ import annotations
 
 import calendar
+import functools
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
@@ -279,6 +280,33 @@ def parse_date(text: str) -> date | None:
         key=lambda item: item[0],
     )
     return found[0][1] if found else None
+
+
+def unparsable(text: object) -> bool:
+    """True for a date string that is not empty but that :func:`parse_date` cannot read (an
+    empty or missing date is absent, not unparsable)."""
+    return isinstance(text, str) and bool(text.strip()) and _unreadable(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _unreadable(text: str) -> bool:
+    # LoCoMo questions share their conversation's sessions: each date is parsed once
+    return parse_date(text) is None
+
+
+def unparsable_dates(question: object) -> tuple[int, int]:
+    """``(1 if the question's question_date is unparsable else 0, the number of its haystack
+    sessions whose date is unparsable)`` (see :func:`unparsable`); a run counts these in its
+    summary so a date the temporal step silently could not use is said, not swallowed."""
+    sessions = getattr(question, "sessions", ())
+    return (int(unparsable(getattr(question, "question_date", None))),
+            sum(unparsable(getattr(s, "date", None)) for s in sessions))
+
+
+def unparsable_date_counts(per_question: Iterable[tuple[int, int]]) -> dict[str, int]:
+    """A run summary's ``unparsable_dates`` from :func:`unparsable_dates` of its questions."""
+    pairs = list(per_question)
+    return {"question_date": sum(q for q, _ in pairs), "session_dates": sum(s for _, s in pairs)}
 
 
 # --------------------------------------------------------------------------- window rules

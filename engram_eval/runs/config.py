@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError
-from engram_eval.retrieval.settings import GROUPS, RetrievalSettings, _f
+from engram_eval.retrieval.settings import GROUPS, RetrievalSettings, _f, short_repr
 from engram_eval.scoring.protocols import PROTOCOLS
 
 
@@ -69,7 +69,7 @@ class RunConfig(RetrievalSettings):
                               "confidence; it must be false")
         for p in self.protocols:
             if p not in PROTOCOLS:
-                raise ConfigError(f"config field protocols: unknown protocol {p!r}")
+                raise ConfigError(f"config field protocols: unknown protocol {short_repr(p)}")
         from engram_eval.runs.shard import parse_shard
 
         parse_shard(self.shard)  # I/N, 0 <= I < N
@@ -99,7 +99,7 @@ class RunConfig(RetrievalSettings):
         for k, v in data.items():
             key = k.replace("-", "_")
             if key not in names:
-                raise ConfigError(f"{source}: unknown config field {k!r}")
+                raise ConfigError(f"{source}: unknown config field {short_repr(k)}")
             out[key] = _coerce(names[key], v, source)
         return cls(**out).validate()
 
@@ -119,12 +119,86 @@ def read_yaml_mapping(path: str | Path, what: str, expected: str) -> dict[str, A
     import yaml
 
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as e:
+        size = Path(path).stat().st_size
+        if size > MAX_YAML_BYTES:
+            raise ConfigError(f"{path}: {what} is {size} bytes; a config file is at most "
+                              f"{MAX_YAML_BYTES}")
+        text = Path(path).read_text(encoding="utf-8")
+        loader = _strict_yaml_loader(path, what)(text)
+        try:
+            data = loader.get_single_data() or {}
+        finally:
+            loader.dispose()
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ConfigError(f"{path}: cannot read {what}: {e}") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: {what} top level must be {expected}")
     return data
+
+
+#: A config or grid file larger than this is refused before it is parsed.
+MAX_YAML_BYTES = 1 << 20
+#: Deepest nesting of a config file's YAML (the composer recurses once per level).
+MAX_YAML_DEPTH = 32
+
+
+def _strict_yaml_loader(path: str | Path, what: str) -> Any:
+    """A ``yaml.SafeLoader`` subclass for config files: anchors and aliases (the way to make a
+    few hundred bytes expand to gigabytes), duplicate keys and nesting deeper than
+    :data:`MAX_YAML_DEPTH` are each one :class:`ConfigError` naming the file, the line and the
+    key; nothing is expanded to say so."""
+    import yaml
+
+    def where(mark: Any, keys: list[str]) -> str:
+        key = ".".join(keys) or "(top level)"
+        return f"{path}: {what}: line {mark.line + 1}: key {short_repr(key)}"
+
+    class StrictLoader(yaml.SafeLoader):
+        _keys: list[str]
+        _depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            keys = self.__dict__.setdefault("_keys", [])
+            pushed = isinstance(index, yaml.ScalarNode)  # composing the value of this key
+            if pushed:
+                keys.append(str(index.value))
+            self._depth += 1
+            try:
+                event = self.peek_event()
+                if isinstance(event, yaml.AliasEvent):
+                    raise ConfigError(f"{where(event.start_mark, keys)}: YAML alias "
+                                      f"*{str(event.anchor)[:40]} refused (config files may "
+                                      "not use anchors or aliases)")
+                anchor = getattr(event, "anchor", None)
+                if anchor is not None:
+                    raise ConfigError(f"{where(event.start_mark, keys)}: YAML anchor "
+                                      f"&{str(anchor)[:40]} refused (config files may not "
+                                      "use anchors or aliases)")
+                if self._depth > MAX_YAML_DEPTH:
+                    raise ConfigError(f"{where(event.start_mark, keys)}: nested deeper than "
+                                      f"{MAX_YAML_DEPTH} levels")
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+                if pushed:
+                    keys.pop()
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            first: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    line = first.get(key)
+                except TypeError:
+                    continue  # unhashable: SafeLoader's own error follows
+                if line is not None:
+                    raise ConfigError(f"{path}: {what}: line {key_node.start_mark.line + 1}: "
+                                      f"duplicate key {short_repr(key)} (first at line "
+                                      f"{line})")
+                first[key] = key_node.start_mark.line + 1
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
 
 
 def _coerce(f: dataclasses.Field[Any], v: Any, source: str) -> Any:
@@ -136,18 +210,18 @@ def _coerce(f: dataclasses.Field[Any], v: Any, source: str) -> Any:
     if t == "bool":
         if isinstance(v, bool):
             return v
-        raise ConfigError(f"{source}: config field {f.name}={v!r}: must be true or false")
+        raise ConfigError(f"{source}: config field {f.name}={short_repr(v)}: must be true or false")
     if t.startswith("int"):
         if isinstance(v, bool) or not isinstance(v, int):
-            raise ConfigError(f"{source}: config field {f.name}={v!r}: must be an integer")
+            raise ConfigError(f"{source}: config field {f.name}={short_repr(v)}: must be an integer")
         return v
     if t == "float":
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ConfigError(f"{source}: config field {f.name}={v!r}: must be a number")
+            raise ConfigError(f"{source}: config field {f.name}={short_repr(v)}: must be a number")
         return float(v)
     if t == "str":
         if not isinstance(v, str):
-            raise ConfigError(f"{source}: config field {f.name}={v!r}: must be a string")
+            raise ConfigError(f"{source}: config field {f.name}={short_repr(v)}: must be a string")
         return v
     if t.startswith("list"):
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):

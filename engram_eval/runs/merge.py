@@ -9,7 +9,12 @@ Each input must be a finished shard of the same run (:mod:`engram_eval.runs.shar
   the same fingerprint (the differing fields are named otherwise): same dataset, sources,
   models, packages, settings, protocols;
 * every shard holds exactly its own questions (its ids are the ``all_ids`` that hash to
-  its index), complete, no torn line; every question appears exactly once overall.
+  its index), complete, no torn line; every question appears exactly once overall;
+* every shard passes ``engram-eval verify`` against the dataset it was run on (``--dataset``,
+  required): rows hash, summary, dataset hash, gold re-derived, each ranking a permutation of
+  its haystack, scores never increasing, metrics recomputed, source hashes (installed package,
+  or ``--sources-at COMMIT``); otherwise the shard and its failed checks are named, since the
+  merged rows get a fresh rows hash and summary that would no longer show the failure.
 
 The output is what the unsharded run would have written: rows in the selection's order
 (byte for byte the same rows, since each row is re-serialised as the runner writes it),
@@ -18,6 +23,15 @@ naming every input (path, rows hash, shard, and the shard's own runs) and the me
 hash, and a summary recomputed from the rows; so ``engram-eval verify`` checks it as any
 run. Nothing is written unless every check passes; the rows and the sidecar are created
 exclusively (an existing output is refused).
+
+Writing goes through one temporary directory beside the output, ``.OUT.merging/``
+(:class:`Staging`): the rows, sidecar and summary are written there, then linked into place
+(sidecar, summary, rows last; a link never overwrites) and the directory is removed. The
+directory is owned by the process holding the lock on its ``owner`` file (which records its
+pid); a merge killed mid-way (``kill -9``) leaves it unlocked, and the next merge into the
+same output removes it -- and any output file the killed merge had already linked into place,
+unless all three were -- and says so on stderr. A failure while writing (disk full, ...)
+removes it at once and leaves no output.
 """
 
 from __future__ import annotations
@@ -25,14 +39,26 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engram_eval.errors import ProvenanceError
-from engram_eval.io import atomic_write, dump_json, exclusive_write, streaming_write
+from engram_eval.errors import ProvenanceError, StorageError
+from engram_eval.io import (
+    atomic_write,
+    check_name_lengths,
+    describe_os_error,
+    dump_json,
+    is_storage_error,
+    make_parent,
+    storage_errors,
+    streaming_write,
+)
 from engram_eval.provenance.sidecar import (
     FINGERPRINT_FIELDS,
     _fingerprint_view,
@@ -51,6 +77,163 @@ def _row_line(row: dict[str, Any]) -> bytes:
     return (json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
 
 
+#: What to do after a failed write: nothing of the output is left behind.
+RETRY_HINT = ("nothing was written to the output (the merge's temporary files were removed); "
+              "free space (or fix the file system), then merge again")
+_STAGED = ("metadata.json", "summary.json", "rows")  # linked into place in this order
+
+
+@contextmanager
+def _writing(final: Path) -> Iterator[None]:
+    """A write failure of a staged file, named as the output file it becomes."""
+    try:
+        yield
+    except OSError as e:
+        if not is_storage_error(e) or isinstance(e, StorageError):
+            raise
+        raise StorageError(final, f"cannot write {final}: "
+                           f"{describe_os_error(e, getattr(e, 'path', None) or final)}; "
+                           f"{RETRY_HINT}", e.errno) from None
+
+
+def staging_dir(output: str | Path) -> Path:
+    """The one temporary directory of a merge into ``output``: ``.NAME.merging`` beside it."""
+    out = Path(output)
+    return out.parent / f".{out.name}.merging"
+
+
+def _finals(out: Path) -> dict[str, Path]:
+    return {"metadata.json": sidecar_path(out), "summary.json": summary_path(out), "rows": out}
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+class Staging:
+    """The temporary directory of a merge into ``out`` (:func:`staging_dir`), held through an
+    exclusive ``flock`` on its ``owner`` file, which records the holder's pid and host.
+
+    :meth:`acquire` takes it; a directory left by a merge that is no longer running (its
+    lock free) is cleaned first: output files it had linked into place are removed unless
+    all three were (then the output is complete and kept), its temporary files are removed,
+    and ``echo`` says so. A live holder is refused. :meth:`publish` links the staged files
+    into place; :meth:`release` removes the directory."""
+
+    def __init__(self, out: Path, echo: Callable[[str], None] = _stderr) -> None:
+        self.out = out
+        self.dir = staging_dir(out)
+        self.echo = echo
+        self._fd: int | None = None
+
+    def acquire(self) -> Staging:
+        import fcntl
+
+        owner = self.dir / "owner"
+        fd = -1
+        for _ in range(10):  # a finishing merge may remove the directory under us: retry
+            with storage_errors(self.dir, "create", RETRY_HINT, cls=StorageError):
+                self.dir.mkdir(exist_ok=True)
+                try:
+                    fd = os.open(owner, os.O_RDWR | os.O_CREAT, 0o644)
+                except FileNotFoundError:
+                    continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
+                os.close(fd)
+                raise ProvenanceError(f"{self.out}: another merge into it is running ({holder}, "
+                                      f"holding {owner}); wait for it to finish") from None
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(owner))
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._fd = fd
+                break
+            os.close(fd)
+        else:  # pragma: no cover - ten lost races in a row
+            raise ProvenanceError(f"{self.dir}: could not take the merge's temporary directory")
+        previous = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+        self._clean_stale(previous)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        return self
+
+    def _clean_stale(self, previous: str) -> None:
+        left = sorted(x for x in os.listdir(self.dir) if x != "owner")
+        if not left:
+            return
+        linked = []
+        for name, final in _finals(self.out).items():
+            try:
+                if os.path.samefile(self.dir / name, final):
+                    linked.append(final)
+            except OSError:
+                pass
+        who = f"({previous})" if previous else "(owner unknown)"
+        if linked and len(linked) < len(_STAGED):
+            for final in linked:
+                os.unlink(final)
+            self.echo(f"merge: removed {', '.join(map(str, linked))}: partly published by an "
+                      f"interrupted merge into {self.out} {who}")
+        self._remove_contents()
+        self.echo(f"merge: removed the stale temporary directory {self.dir} left by an "
+                  f"interrupted merge {who} (it held: {', '.join(left)})")
+
+    def _remove_contents(self) -> None:
+        for name in os.listdir(self.dir):
+            if name == "owner":
+                continue
+            p = self.dir / name
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                try:
+                    p.unlink()
+                except FileNotFoundError:
+                    pass
+
+    def path(self, name: str) -> Path:
+        return self.dir / name
+
+    def publish(self) -> None:
+        """Link the staged sidecar, summary and rows into place (rows last); an existing
+        output file is refused and what this call linked is removed again."""
+        done: list[Path] = []
+        try:
+            for name in _STAGED:
+                final = _finals(self.out)[name]
+                with storage_errors(final, "create", RETRY_HINT, cls=StorageError):
+                    os.link(self.dir / name, final)
+                done.append(final)
+        except FileExistsError as e:
+            for p in done:
+                os.unlink(p)
+            raise ProvenanceError(f"{e.filename2 or e.filename or self.out} already exists; "
+                                  "refusing to overwrite") from None
+        except BaseException:
+            for p in done:
+                os.unlink(p)
+            raise
+
+    def release(self) -> None:
+        """Remove the directory (its files first, the owner file last) and drop the lock."""
+        if self._fd is None:
+            return
+        try:
+            self._remove_contents()
+            try:
+                os.unlink(self.dir / "owner")
+                self.dir.rmdir()
+            except OSError:
+                pass  # another merge already waits on it and cleans up after us
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+
 def merged_metadata(meta: dict[str, Any]) -> dict[str, Any]:
     """A shard's sidecar as the unsharded run's (selection widened, fingerprint redone)."""
     out = json.loads(json.dumps(meta))
@@ -62,13 +245,31 @@ def merged_metadata(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def merge(inputs: Sequence[str | Path], output: str | Path, *,
-          command: Sequence[str] | None = None) -> dict[str, Any]:
-    """Check and merge shard results (module docstring); returns the merged summary."""
+          command: Sequence[str] | None = None, dataset: str | Path | None = None,
+          sources_at: str | None = None,
+          echo: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Check and merge shard results (module docstring); returns the merged summary.
+
+    ``dataset`` (required) is the file the shards were run on: every shard must pass
+    ``verify`` against it (``sources_at``: compare the recorded sources with that git
+    revision instead of the installed package, as ``verify --sources-at``). ``echo``
+    (default: stderr) receives the note about a stale temporary directory removed."""
     from engram_eval.scoring.summary import build_summary
 
     if not inputs:
         raise ProvenanceError("merge: give at least one shard result")
+    if dataset is None:
+        raise ProvenanceError("merge: the dataset the shards were run on is required "
+                              "(--dataset FILE on the command line, dataset= in Python): "
+                              "every shard is verified against it before it is merged")
     out = Path(output)
+    echo = echo or _stderr
+    with storage_errors(out, "create", RETRY_HINT, cls=StorageError):
+        check_name_lengths((out, sidecar_path(out), summary_path(out), staging_dir(out)),
+                           hint="choose a shorter output name (the sidecar adds "
+                                "'.metadata.json' to it)")
+    if staging_dir(out).is_dir():  # left by an interrupted merge: clean it (or refuse)
+        Staging(out, echo).acquire().release()
     for p in (out, sidecar_path(out), summary_path(out)):
         if p.exists():
             raise ProvenanceError(f"{p} already exists; refusing to overwrite")
@@ -141,36 +342,64 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
     absent = [i for i in all_ids if i not in rows_by_id]
     if absent:  # pragma: no cover - each shard was checked complete
         raise ProvenanceError(f"merge: {len(absent)} question(s) have no row, e.g. {absent[:3]}")
+    _verify_shards(inputs, metas, dataset, sources_at)
 
-    # Write: rows (temporary file, linked into place exclusively), sidecar, summary.
-    out.parent.mkdir(parents=True, exist_ok=True)
-    h = hashlib.sha256()
+    # Write: rows, sidecar and summary into the temporary directory, then link them into
+    # place (rows last); nothing of the output exists until every file is complete.
+    with storage_errors(out, "create", RETRY_HINT, cls=StorageError):
+        make_parent(out)
+    staging = Staging(out, echo).acquire()
     try:
-        with streaming_write(out, exclusive=True) as f:
-            for i in all_ids:
-                line = _row_line(rows_by_id[i])
-                h.update(line)
-                f.write(line)
-    except FileExistsError:
-        raise ProvenanceError(f"{out} already exists; refusing to overwrite") from None
-    digest = h.hexdigest()
-    side = dict(ref)
-    side["runs"] = [{"mode": "merge", "host": socket.gethostname(),
-                     "command": list(command) if command is not None else None,
-                     "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                     "questions_written": len(all_ids), "shards": sorted(
-                         shard_entries, key=lambda e: e["shard"]),
-                     "rows_sha256": digest}]
-    try:
-        exclusive_write(sidecar_path(out), json.dumps(side, indent=2, ensure_ascii=False) + "\n")
-    except FileExistsError:
-        os.unlink(out)
-        raise ProvenanceError(f"{sidecar_path(out)} already exists; refusing to overwrite"
-                              ) from None
-    rows = order_rows(list(rows_by_id.values()), all_ids)
-    summary = build_summary(rows, ref["protocols"], fingerprint=ref["fingerprint"],
-                            dataset=ref["dataset"]["name"],
-                            dataset_sha256=ref["dataset"]["sha256"],
-                            retriever=ref["config"]["retriever"], rows_sha256=digest)
-    atomic_write(summary_path(out), dump_json(summary))
+        h = hashlib.sha256()
+        with _writing(out):
+            with streaming_write(staging.path("rows"), exclusive=True) as f:
+                for i in all_ids:
+                    line = _row_line(rows_by_id[i])
+                    h.update(line)
+                    f.write(line)
+        digest = h.hexdigest()
+        side = dict(ref)
+        side["runs"] = [{"mode": "merge", "host": socket.gethostname(),
+                         "command": list(command) if command is not None else None,
+                         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                         "questions_written": len(all_ids), "shards": sorted(
+                             shard_entries, key=lambda e: e["shard"]),
+                         "rows_sha256": digest}]
+        rows = order_rows(list(rows_by_id.values()), all_ids)
+        summary = build_summary(rows, ref["protocols"], fingerprint=ref["fingerprint"],
+                                dataset=ref["dataset"]["name"],
+                                dataset_sha256=ref["dataset"]["sha256"],
+                                retriever=ref["config"]["retriever"], rows_sha256=digest)
+        with _writing(sidecar_path(out)):
+            atomic_write(staging.path("metadata.json"),
+                         json.dumps(side, indent=2, ensure_ascii=False) + "\n")
+        with _writing(summary_path(out)):
+            atomic_write(staging.path("summary.json"), dump_json(summary))
+        staging.publish()
+    finally:
+        staging.release()
     return summary
+
+
+def _verify_shards(inputs: Sequence[str | Path], metas: Sequence[dict[str, Any]],
+                   dataset: str | Path, sources_at: str | None) -> None:
+    """Every shard passes ``verify`` against ``dataset`` (every check run and passed), else
+    one ProvenanceError naming the shard and its failed (or unchecked) checks."""
+    from engram_eval.data.datasets import load_questions
+    from engram_eval.runs.verify import verify
+
+    _, qs = load_questions(dataset, metas[0]["dataset_format"])
+    questions = {q.question_id: q for q in qs}
+    for path, meta in zip(inputs, metas, strict=True):
+        rep = verify(path, dataset, sources_at=sources_at, questions=questions)
+        if rep.verified:
+            continue
+        sh = meta["selection"]["shard"]
+        bad = [f"[{status}] {name}" + (f": {detail}" if detail else "")
+               for name, status, detail in rep.checks if status != "ok"]
+        raise ProvenanceError(
+            f"merge: shard {sh['index']}/{sh['count']} {path} does not verify against "
+            f"{dataset}: " + "; ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3
+                                                  else "")
+            + f". Refusing to merge; nothing was written (see `engram-eval verify {path} "
+            f"--dataset {dataset}`)")

@@ -23,8 +23,13 @@ from typing import Any
 
 from engram_eval.data._jsonio import is_gzip, open_binary
 from engram_eval.data.records import Question
-from engram_eval.errors import ProvenanceError
+from engram_eval.errors import ProvenanceError, StorageError
+from engram_eval.io import storage_errors
 from engram_eval.scoring import protocols as P
+
+#: What to do after an operating-system failure (disk full, ...) while appending rows.
+RESUME_HINT = ("the rows written so far are kept; free space (or fix the file system), then "
+               "continue with --resume")
 
 REQUIRED_FIELDS = ("question_id", "question_type", "ranked_session_ids", "scores", "metrics")
 #: Row fields that are measurements (may differ between identical runs).
@@ -128,13 +133,21 @@ class RowWriter:
         if self.path.exists() and is_compressed(self.path):
             raise ProvenanceError(f"{self.path} is gzip-compressed; rows cannot be appended "
                                   "to it (a compressed result is final)")
-        self._f = open(self.path, "ab")  # append to our own claimed file only
+        with storage_errors(self.path, "append rows to", RESUME_HINT, cls=StorageError):
+            # unbuffered: a failed write leaves nothing pending that close() would retry
+            self._f = open(self.path, "ab", buffering=0)  # our own claimed file only
 
     def write(self, row: Mapping[str, Any]) -> None:
-        line = json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n"
-        self._f.write(line.encode("utf-8"))
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        """Append one row durably. An operating-system failure (disk full, read-only file
+        system) is one :class:`StorageError` naming the file; a partly written line is the
+        torn last line that ``--resume`` repairs."""
+        data = memoryview((json.dumps(row, ensure_ascii=False, allow_nan=False)
+                           + "\n").encode("utf-8"))
+        with storage_errors(self.path, "append rows to", RESUME_HINT, cls=StorageError):
+            while data:
+                n = self._f.write(data)
+                data = data[n or 0:]
+            os.fsync(self._f.fileno())
 
     def close(self) -> None:
         self._f.close()

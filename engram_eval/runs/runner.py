@@ -18,6 +18,7 @@ other code imports from here (``run``, ``format_summary``, ``TABLE_METRICS``, ``
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -36,8 +37,8 @@ from engram_eval.data.datasets import (
     select,
     select_ids,
 )
-from engram_eval.errors import ConfigError, DataError, ProvenanceError
-from engram_eval.io import atomic_write, dump_json, sha256_file
+from engram_eval.errors import ConfigError, DataError, ProvenanceError, StorageError
+from engram_eval.io import atomic_write, dump_json, sha256_file, storage_errors
 from engram_eval.provenance.sidecar import (
     build_metadata,
     claim_output,
@@ -51,6 +52,7 @@ from engram_eval.runs.config import RunConfig
 from engram_eval.runs.executors import make_executor
 from engram_eval.runs.progress import Progress
 from engram_eval.runs.rows import (
+    RESUME_HINT,
     OutputLock,
     RowWriter,
     is_compressed,
@@ -60,6 +62,7 @@ from engram_eval.runs.rows import (
     truncate_torn_tail,
 )
 from engram_eval.runs.shard import apply_shard, apply_to_metadata, parse_shard
+from engram_eval.runs.verify import check_kept_rows
 from engram_eval.scoring.protocols import check_protocols, default_protocols
 from engram_eval.scoring.summary import (
     DENOMINATORS,
@@ -86,6 +89,9 @@ __all__ = [
     "sha256_file",
     "summarize_rows",
 ]
+
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -125,9 +131,31 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
     check_protocols(fmt, protocols)
     # Built before the dataset is parsed: a bad name or a missing model fails first.
     retriever = retrieval_base.create(config.retriever, config)  # resolves models, loads none
-    source = open_source(dataset, fmt)  # every record checked; ids and types kept
+    from engram_eval.retrieval.temporal import unparsable_date_counts, unparsable_dates
+
+    bad_dates: dict[str, tuple[int, int]] = {}  # question id -> unparsable (question, sessions)
+
+    def _observe(q: Any) -> None:
+        counts = unparsable_dates(q)
+        if any(counts):
+            bad_dates[q.question_id] = counts
+
+    # every record checked; ids and types kept
+    source = open_source(dataset, fmt, observe=_observe)
+    if source.n == 0:
+        raise DataError(dataset, "(file)", "(root)", "the dataset holds no questions; a run "
+                        "needs at least one (nothing was written)")
     all_ids = select_ids(source.ids, config, dataset)
     ids = apply_shard(all_ids, all_ids, parse_shard(config.shard))  # --shard I/N
+    if not ids:
+        _log.warning("%s: --shard %s selects none of the %d questions; its result will have "
+                     "0 rows (it only completes a merge)", dataset, config.shard, len(all_ids))
+    dates = unparsable_date_counts(bad_dates[i] for i in ids if i in bad_dates)
+    if any(dates.values()):
+        _log.warning("%s: %d question date(s) and %d session date(s) are not empty but "
+                     "cannot be parsed; the temporal step cannot use them (counted in the "
+                     "summary's unparsable_dates)", dataset, dates["question_date"],
+                     dates["session_dates"])
     meta = build_metadata(dataset_path=dataset, dataset_sha256=sha256_file(dataset),
                           dataset_format=fmt, retriever=retriever, config=config,
                           protocols=protocols, selected_ids=ids)
@@ -141,7 +169,8 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
                               "to continue that run, or choose a new output name)")
     gate = benchmark_gate(meta, dataset, frozen_source=frozen_source,
                           freeze_to=freeze_source if validate_only else None,
-                          record=not (resume or validate_only), output=str(output))
+                          record=not (resume or validate_only), output=str(output),
+                          heldout_ids=source.ids)
     if validate_only:
         return RunOutcome(output, meta["fingerprint"], 0, len(ids),
                           {"validated": True, "frozen_source": gate}, False)
@@ -157,6 +186,12 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
             old = read_sidecar(output)
             compare_for_resume(old, meta, sidecar_path(output))
             scan = scan_rows(output, allowed_ids=ids)
+            # Every kept row passes verify's per-row checks against the dataset before
+            # anything (even the torn-line repair) is written.
+            kept = {r["question_id"] for r in scan.rows}
+            check_kept_rows(output, scan.rows,
+                            source.iter_questions([i for i in source.ids if i in kept]),
+                            protocols)
             if scan.torn_bytes:
                 truncate_torn_tail(output, scan.torn_bytes)
                 repaired = True
@@ -175,7 +210,7 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
         fingerprint = meta["fingerprint"]
     try:
         return _loop(config, retriever, source, ids, done, protocols, meta, fingerprint, output,
-                     resume, repaired, started_wall=t_start, command=command)
+                     resume, repaired, started_wall=t_start, command=command, dates=dates)
     finally:
         lock.close()
 
@@ -183,7 +218,7 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
 def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[str],
           done: set[str], protocols: list[str], meta: dict[str, Any], fingerprint: str,
           output: Path, resume: bool, repaired: bool, *, started_wall: float,
-          command: Sequence[str] | None) -> RunOutcome:
+          command: Sequence[str] | None, dates: dict[str, int] | None = None) -> RunOutcome:
     # One question at a time (a streamed second pass for LongMemEval), in selection order.
     todo = source.iter_questions([i for i in ids if i not in done])
     started = datetime.now(UTC).isoformat(timespec="seconds")
@@ -215,7 +250,14 @@ def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[s
         if finished:
             scan = scan_rows(output, allowed_ids=ids)  # read once: rows and their hash
             entry["rows_sha256"] = scan.sha256
-        record_run(output, entry)
+        try:
+            with storage_errors(sidecar_path(output), "record the run in", RESUME_HINT,
+                                cls=StorageError):
+                record_run(output, entry)
+        except StorageError:
+            if finished:
+                raise
+            # the error that stopped the run (disk full, ...) is the one reported, once
     assert scan is not None
     if len(scan.rows) != len(ids) or scan.torn_bytes:
         raise ProvenanceError(f"{output}: expected {len(ids)} rows, found {len(scan.rows)}")
@@ -223,7 +265,10 @@ def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[s
                             dataset=meta["dataset"]["name"],
                             dataset_sha256=meta["dataset"]["sha256"],
                             retriever=config.retriever, rows_sha256=scan.sha256)
+    if dates is not None:  # from the dataset, not the rows (verify --dataset re-counts)
+        summary["unparsable_dates"] = dates
     if "frozen_source" in meta:
         summary["frozen_source"] = meta["frozen_source"]
-    atomic_write(summary_path(output), dump_json(summary))
+    with storage_errors(summary_path(output), "write", RESUME_HINT, cls=StorageError):
+        atomic_write(summary_path(output), dump_json(summary))
     return RunOutcome(output, fingerprint, n_written, len(ids), summary, repaired)

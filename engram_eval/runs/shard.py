@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from engram_eval.errors import ConfigError
+from engram_eval.retrieval.settings import short_repr
 
 RULE = "int(sha256(question_id utf-8).hexdigest(), 16) mod count"
 T = TypeVar("T")
@@ -29,9 +30,9 @@ def parse_shard(text: str) -> tuple[int, int] | None:
         i_text, n_text = text.split("/")
         index, count = int(i_text), int(n_text)
     except ValueError:
-        raise ConfigError(f"config field shard={text!r}: must be I/N, e.g. 0/4") from None
+        raise ConfigError(f"config field shard={short_repr(text)}: must be I/N, e.g. 0/4") from None
     if count < 1 or not 0 <= index < count:
-        raise ConfigError(f"config field shard={text!r}: need 0 <= I < N and N >= 1")
+        raise ConfigError(f"config field shard={short_repr(text)}: need 0 <= I < N and N >= 1")
     return index, count
 
 

@@ -7,6 +7,12 @@ report says so. The recorded source hashes are compared with the installed packa
 (``--sources-at COMMIT``) with the files committed at the revision that published the run, so
 that later code changes do not make an old result unverifiable.
 
+The per-row checks (:func:`check_row`: ranking a permutation of the haystack, gold, metrics,
+scores never increasing) are the ones ``--resume`` runs on every row it keeps, and ``merge``
+runs all of ``verify`` on every shard. Re-reading cannot catch rows forged consistently, or a
+run served forged cache entries: ``rerun`` K (``--rerun K``) re-ranks K sampled questions with
+the recorded settings and models and the cache off (:func:`check_rerun`).
+
 The run is read through :mod:`engram_eval.runs.reader`, one step at a time, so that each
 problem becomes a failed check rather than an exception.
 """
@@ -14,12 +20,13 @@ problem becomes a failed check rather than an exception.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engram_eval.data.datasets import load_questions
+from engram_eval.data.records import Question
 from engram_eval.errors import ProvenanceError
 from engram_eval.io import sha256_file
 from engram_eval.provenance.sidecar import (
@@ -115,15 +122,119 @@ def _short_list(items: Sequence[str]) -> str:
 DATASET_HASH = "dataset sha256"
 GOLD = "gold re-derived from the dataset"
 ROWS_HASH = "rows sha256 matches the summary and sidecar"
+METRICS = "per-question metrics recomputed"
+SCORES = "scores never increase down each ranking"
+
+
+def check_row(row: Mapping[str, Any], question: Question | None,
+              protocols: Sequence[str]) -> dict[str, list[str]]:
+    """The per-row checks of ``verify``, which ``--resume`` also runs on every row it keeps
+    (:func:`check_kept_rows`): ``{check name: [problem, ...]}``, every list empty for a good
+    row.
+
+    * :data:`GOLD` (only with the dataset's ``question``): the ranking is a permutation of the
+      question's haystack (each session exactly once), ``haystack_entries`` and every
+      ``gold[protocol]`` equal what the dataset gives;
+    * :data:`METRICS`: every protocol's metrics recomputed from the row's gold and ranking;
+    * :data:`SCORES`: one finite number per ranked session, never increasing down the ranking
+      (standard IR tools re-sort by score, so a score that goes up would silently reorder)."""
+    qid = row.get("question_id")
+    out: dict[str, list[str]] = {GOLD: [], METRICS: [], SCORES: []}
+    ranking = row.get("ranked_session_ids")
+    if not isinstance(ranking, list) or not all(isinstance(s, str) for s in ranking):
+        out[METRICS].append(f"{qid}: ranked_session_ids is not a list of session ids")
+        return out
+    entries = row.get("haystack_entries") or {}
+    if question is not None:
+        if len(set(ranking)) != len(ranking):
+            dup = next(s for i, s in enumerate(ranking) if s in ranking[:i])
+            out[GOLD].append(f"{qid}: ranking repeats session {dup!r}")
+        want = set(question.session_ids)
+        if set(ranking) != want:
+            out[GOLD].append(f"{qid}: ranking does not cover the corpus (missing "
+                             f"{sorted(want - set(ranking))[:3]}, unexpected "
+                             f"{sorted(set(ranking) - want)[:3]})")
+        if entries != P.entry_counts(question):
+            out[GOLD].append(f"{qid}: haystack_entries differs from the dataset")
+    golds = row.get("gold")
+    metrics = row.get("metrics")
+    if not isinstance(golds, dict) or not isinstance(metrics, dict):
+        out[METRICS].append(f"{qid}: gold and metrics must be objects keyed by protocol")
+        return out
+    for p in protocols:
+        gold = golds.get(p)
+        if question is not None:
+            g = P.gold_for(question, p)
+            expect = list(g) if g is not None else None
+            if expect != gold:
+                out[GOLD].append(f"{qid}: gold[{p}] differs from the dataset")
+        try:
+            fresh = None if gold is None else P.metrics_for_gold(p, gold, ranking, entries)
+        except (ValueError, TypeError) as e:
+            out[METRICS].append(f"{qid}: metrics[{p}] cannot be recomputed: {e}")
+            continue
+        try:
+            bad = _cmp_metrics(metrics.get(p), fresh)
+        except (TypeError, AttributeError):
+            bad = ["not an object of numbers"]
+        out[METRICS].extend(f"{qid}: metrics[{p}] {b}" for b in bad)
+    scores = row.get("scores")
+    if not isinstance(scores, list) or len(scores) != len(ranking):
+        n = len(scores) if isinstance(scores, list) else "no list of"
+        out[SCORES].append(f"{qid}: {n} scores for {len(ranking)} ranked sessions")
+        return out
+    for i, s in enumerate(scores):
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
+            out[SCORES].append(f"{qid}: the score at rank {i + 1} ({s!r}) is not a finite "
+                               "number")
+            break
+        if i and s > scores[i - 1]:
+            out[SCORES].append(f"{qid}: rank {i + 1} scores {s!r} > rank {i} "
+                               f"{scores[i - 1]!r}")
+            break
+    return out
+
+
+def check_kept_rows(path: str | Path, rows: Sequence[Mapping[str, Any]],
+                    questions: Iterable[Question], protocols: Sequence[str]) -> None:
+    """``--resume``: run :func:`check_row` (exactly what ``verify`` checks per row) on every
+    row already in ``path`` against its dataset ``question`` (``questions`` yields one per
+    row, any order), and raise one :class:`ProvenanceError` naming the file, the line, the
+    question and the check at the first row that fails, before anything is written."""
+    line_of = {r["question_id"]: n for n, r in enumerate(rows, start=1)}
+    by_id = {r["question_id"]: r for r in rows}
+    done: set[str] = set()
+    for q in questions:
+        row = by_id.get(q.question_id)
+        if row is None:
+            continue
+        done.add(q.question_id)
+        for name, problems in check_row(row, q, protocols).items():
+            if problems:
+                raise ProvenanceError(
+                    f"{path}: line {line_of[q.question_id]} (question {q.question_id!r}) "
+                    f"fails the check '{name}': {problems[0]}. Refusing to resume; nothing "
+                    "was written. The row was changed after the run wrote it: restore the "
+                    "file, or start a fresh run under a new output name.")
+    lacking = [qid for qid in by_id if qid not in done]
+    if lacking:
+        raise ProvenanceError(f"{path}: line {line_of[lacking[0]]} (question {lacking[0]!r}) "
+                              "has no question in the dataset; refusing to resume, nothing "
+                              "was written")
 
 
 def verify(result: str | Path, dataset: str | Path | None = None, *,
-           sources_at: str | None = None, repo: str | Path | None = None) -> VerifyReport:
+           sources_at: str | None = None, repo: str | Path | None = None,
+           questions: Mapping[str, Question] | None = None, rerun: int = 0,
+           rerun_seed: int | None = None) -> VerifyReport:
     """Recompute and re-check everything a published run claims (see the module docstring).
 
     The recorded source hashes are compared with the installed package, or with the files
     committed at git revision ``sources_at`` (in ``repo``, default the checkout holding the
-    package) for a run published before later code changes."""
+    package) for a run published before later code changes. ``questions``: the questions of
+    ``dataset`` already loaded (``merge`` loads them once for every shard). ``rerun`` K > 0:
+    re-rank K questions sampled with ``random.Random(rerun_seed)`` (a fresh seed when None,
+    printed) and require the recorded rankings and scores (:func:`check_rerun`)."""
     result = Path(result)
     rep = VerifyReport()
     try:
@@ -143,8 +254,9 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
         rows = scan.rows
         got = {r["question_id"] for r in rows}
         missing = [i for i in ids if i not in got]
-        rep.add("rows: every selected question exactly once", not missing,
-                f"{len(missing)} missing, e.g. {missing[:3]}" if missing else f"{len(rows)} rows")
+        rep.add("rows: every selected question exactly once", bool(rows) and not missing,
+                f"{len(missing)} missing, e.g. {missing[:3]}" if missing else f"{len(rows)} rows"
+                if rows else "zero rows: an empty run verifies nothing")
     except ProvenanceError as e:
         rep.add("rows: every selected question exactly once", False, str(e))
         return rep
@@ -155,13 +267,15 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
     except ProvenanceError as e:
         rep.add("summary readable", False, str(e))
     _check_rows_hash(rep, scan.sha256, stored, meta)
-    questions: dict[str, Any] = {}
+    given, questions = questions, {}
     if dataset is not None:
         digest = sha256_file(dataset)
         same = digest == meta["dataset"]["sha256"]
         rep.add(DATASET_HASH, same, "" if same else
                 f"{dataset} has {digest[:16]}…, the run used {meta['dataset']['sha256'][:16]}…")
-        if same:
+        if same and given is not None:
+            questions = dict(given)
+        elif same:
             _, qs = load_questions(dataset, meta["dataset_format"])
             questions = {q.question_id: q for q in qs}
         else:
@@ -169,41 +283,31 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
     else:
         rep.skip(DATASET_HASH, "no --dataset given")
         rep.skip(GOLD, "no --dataset given; the gold stored in the rows was trusted")
-    bad_gold: list[str] = []
-    bad_rows: list[str] = []
+    bad: dict[str, list[str]] = {GOLD: [], METRICS: [], SCORES: []}
     for r in rows:
         q = questions.get(r["question_id"])
-        entries = r.get("haystack_entries") or {}
-        if q is not None:
-            if set(r["ranked_session_ids"]) != set(q.session_ids):
-                bad_gold.append(f"{r['question_id']}: ranking does not cover the corpus")
-            if entries != P.entry_counts(q):
-                bad_gold.append(f"{r['question_id']}: haystack_entries differs from the "
-                                "dataset")
-        for p in protocols:
-            gold = r.get("gold", {}).get(p)
-            if q is not None:
-                g = P.gold_for(q, p)
-                expect = list(g) if g is not None else None
-                if expect != gold:
-                    bad_gold.append(f"{r['question_id']}: gold[{p}] differs from the dataset")
-            try:
-                fresh = None if gold is None else P.metrics_for_gold(
-                    p, gold, r["ranked_session_ids"], entries)
-            except (ValueError, TypeError) as e:
-                bad_rows.append(f"{r['question_id']}: metrics[{p}] cannot be recomputed: {e}")
-                continue
-            for b in _cmp_metrics(r["metrics"].get(p), fresh):
-                bad_rows.append(f"{r['question_id']}: metrics[{p}] {b}")
+        if questions and q is None:
+            bad[GOLD].append(f"{r['question_id']}: no such question in the dataset")
+        for name, problems in check_row(r, q, protocols).items():
+            bad[name].extend(problems)
     if questions:
-        rep.add(GOLD, not bad_gold, _short_list(bad_gold))
-    rep.add("per-question metrics recomputed", not bad_rows, _short_list(bad_rows))
+        rep.add(GOLD, not bad[GOLD], _short_list(bad[GOLD]))
+    rep.add(METRICS, not bad[METRICS], _short_list(bad[METRICS]))
+    rep.add(SCORES, not bad[SCORES], _short_list(bad[SCORES]))
     if stored is not None:
         fresh_summary = summarize_rows(order_rows(rows, ids), protocols)
         diffs = _cmp_summary(stored.get("protocols"), fresh_summary["protocols"], "protocols")
         if stored.get("temporal_windows") != fresh_summary.get("temporal_windows"):
             diffs.append(f"temporal_windows {stored.get('temporal_windows')!r} vs recomputed "
                          f"{fresh_summary.get('temporal_windows')!r}")
+        if questions and "unparsable_dates" in stored:  # counted from the dataset
+            from engram_eval.retrieval.temporal import unparsable_date_counts, unparsable_dates
+
+            fresh_dates = unparsable_date_counts(unparsable_dates(questions[i])
+                                                 for i in ids if i in questions)
+            if stored["unparsable_dates"] != fresh_dates:
+                diffs.append(f"unparsable_dates {stored['unparsable_dates']!r} vs recounted "
+                             f"from the dataset {fresh_dates!r}")
         if stored.get("fingerprint") != meta["fingerprint"]:
             diffs.append("summary fingerprint differs from the sidecar's")
         for key, want in (("dataset", meta["dataset"]["name"]),
@@ -216,7 +320,148 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
     elif not spath.exists():
         rep.add("summary recomputed from rows", False, f"{spath} is missing")
     _check_sources(rep, meta["sources"], sources_at, repo)
+    if rerun:
+        check_rerun(rep, meta, rows, questions, rerun, rerun_seed)
     return rep
+
+
+#: ``verify --rerun``: a re-ranked score must satisfy |rerun - recorded| <= RERUN_TOLERANCE *
+#: max(1, |recorded|); the ranking must be identical. CPU inference (torch, ONNX Runtime) is
+#: deterministic for one batch on one machine, but a run encodes each text once, in the batch
+#: of the first question that holds it, and a rerun of a sample encodes it in another batch
+#: (other padding length, other summation order; other machines and thread counts too): float32
+#: cosines move by up to ~1e-6 (measured: 1.1e-7 over 8 questions of the published MiniLM
+#: hybrid run, 3.1e-6 over the tiny random test model's 12 questions),
+#: and the per-question min-max normalisation of fusion can enlarge that. 1e-4 is ~30 times
+#: the measured drift; the metrics depend on the ranking alone, which must not change at all.
+RERUN_TOLERANCE = 1e-4
+
+
+def rerun_name(k: int, seed: int) -> str:
+    return (f"rerun K={k} (seed {seed}, cache off): same rankings, scores within "
+            f"{RERUN_TOLERANCE:g} x max(1, |recorded|)")
+
+
+def rerun_retriever(meta: Mapping[str, Any]) -> Any:
+    """The run's retriever rebuilt from the sidecar's recorded config, the way the runner
+    builds it (:func:`engram_eval.retrieval.base.create`), with the vector cache off. Raises
+    :class:`ProvenanceError` when the model files that resolve now differ from the recorded
+    ones (sha256), or when the rebuilt retriever describes other settings than the recorded."""
+    from engram_eval.provenance.sidecar import diff
+    from engram_eval.retrieval import base as retrieval_base
+    from engram_eval.runs.config import RunConfig
+
+    recorded = {**(meta.get("config_recorded") or {}), **meta["config"]}
+    recorded.update(use_cache=False, cache_dir="", progress=False, shard="",
+                    executor="local")
+    config = RunConfig.from_mapping(recorded, source="the sidecar's recorded config")
+    retriever = retrieval_base.create(config.retriever, config)  # resolves models, loads none
+    now = {(m.role, m.name): m for m in retriever.models()}
+    then = {(m["role"], m["name"]): m for m in meta.get("models") or []}
+    problems = []
+    for key in sorted(set(now) | set(then)):
+        if key not in now or key not in then:
+            problems.append(f"{key[0]} model {key[1]!r}: "
+                            + ("recorded, but not used now" if key in then else
+                               "used now, but not recorded"))
+            continue
+        m, rec = now[key], then[key]
+        if m.sha256 != rec.get("sha256"):
+            files = rec.get("files_sha256") or {}
+            differ = sorted(f for f in set(files) | set(m.files_sha256)
+                            if files.get(f) != m.files_sha256.get(f))
+            problems.append(f"{key[0]} model {key[1]!r} at {m.path}: sha256 {m.sha256[:16]}…,"
+                            f" recorded {str(rec.get('sha256'))[:16]}… (files differing: "
+                            f"{', '.join(differ[:5]) or 'none listed'})")
+    if problems:
+        raise ProvenanceError("refusing to re-run: the model files that resolve now are not "
+                              "the recorded ones: " + "; ".join(problems))
+    recorded_described = meta.get("retriever")
+    described = diff(recorded_described,
+                     _restricted(retriever.describe(), recorded_described), "retriever")
+    if described:
+        raise ProvenanceError("refusing to re-run: the retriever built from the recorded "
+                              "config describes other settings (recorded -> now): "
+                              + "; ".join(described[:5]))
+    return retriever
+
+
+def _restricted(now: Any, recorded: Any) -> Any:
+    """``now`` without the mapping keys ``recorded`` lacks (settings added to the code since
+    the run, at their defaults; whether they change a ranking is what the rerun measures)."""
+    if isinstance(now, Mapping) and isinstance(recorded, Mapping):
+        return {k: _restricted(v, recorded[k]) for k, v in now.items() if k in recorded}
+    return now
+
+
+def _rerun_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, float]:
+    """(first difference, largest |score difference|) between a recorded and a re-ranked
+    row; the first is empty when they agree (see :data:`RERUN_TOLERANCE`)."""
+    a, b = list(old["ranked_session_ids"]), list(new["ranked_session_ids"])
+    sa, sb = list(old["scores"]), list(new["scores"])
+    for i in range(max(len(a), len(b))):
+        x = a[i] if i < len(a) else None
+        y = b[i] if i < len(b) else None
+        if x != y:
+            return (f"rank {i + 1}: recorded {x!r} (score {sa[i] if i < len(sa) else None!r}),"
+                    f" rerun {y!r} (score {sb[i] if i < len(sb) else None!r})", math.inf)
+    worst = 0.0
+    for i, (x, y) in enumerate(zip(sa, sb, strict=True)):
+        d = abs(float(x) - float(y))
+        worst = max(worst, d)
+        if d > RERUN_TOLERANCE * max(1.0, abs(float(x))):
+            return (f"rank {i + 1} ({a[i]!r}): recorded score {x!r}, rerun {y!r} (difference "
+                    f"{d:.3g} > tolerance)", worst)
+    return "", worst
+
+
+def check_rerun(rep: VerifyReport, meta: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
+                questions: Mapping[str, Question], k: int, seed: int | None = None) -> None:
+    """Re-rank ``k`` of the run's questions, sampled with ``random.Random(seed)`` from its
+    selection, with the recorded settings and models and the cache off
+    (:func:`rerun_retriever`), and add one check: ok when every re-ranked row has the
+    recorded ranking and scores (:data:`RERUN_TOLERANCE`), else FAIL naming the first
+    question that differs and how."""
+    import random
+
+    from engram_eval.errors import EngramEvalError
+    from engram_eval.runs.executors import compute_row
+
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**32)
+    ids = list(meta["selection"]["ids"])
+    k = min(k, len(ids))
+    name = rerun_name(k, seed)
+    if not questions:
+        rep.skip(name, "needs --dataset (the file the run used): the questions are re-ranked "
+                 "from it")
+        return
+    sample = random.Random(seed).sample(ids, k)
+    by_id = {r["question_id"]: r for r in rows}
+    try:
+        retriever = rerun_retriever(meta)
+        worst = 0.0
+        for qid in sample:
+            if qid not in questions or qid not in by_id:
+                rep.add(name, False, f"question {qid!r}: no " + (
+                    "row in the result" if qid in questions else "such question in the "
+                    "dataset"))
+                return
+            fresh = compute_row(retriever, questions[qid], list(meta["protocols"]))
+            problem, d = _rerun_difference(by_id[qid], fresh)
+            worst = max(worst, d)
+            if problem:
+                stale = [n for n, status, _ in rep.checks
+                         if n.startswith("source hashes match the installed") and status != OK]
+                rep.add(name, False, f"question {qid!r}: {problem}" + (
+                    " (the installed code differs from the run's recorded sources; see the "
+                    "source check)" if stale else ""))
+                return
+    except EngramEvalError as e:
+        rep.add(name, False, str(e))
+        return
+    rep.add(name, True, f"{', '.join(sample)}: same rankings; largest score difference "
+            f"{worst:.3g}")
 
 
 SOURCES_INSTALLED = "source hashes match the installed package"

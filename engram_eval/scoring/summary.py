@@ -4,7 +4,9 @@ Everything here is computed from rows alone (``verify`` recomputes it the same w
 summary file ``<output>.summary.json`` holds the run's fingerprint, dataset name and hash,
 retriever, ``n_questions``, ``rows_sha256`` (sha256 of the uncompressed rows bytes), the
 per-protocol blocks and, when the retriever traces it, ``temporal_windows`` (how many
-questions got each temporal-parsing status).
+questions got each temporal-parsing status). The runner adds ``unparsable_dates``
+(``question_date`` / ``session_dates`` that are not empty but cannot be parsed, over the
+selected questions), counted from the dataset rather than the rows.
 """
 
 from __future__ import annotations
@@ -97,5 +99,9 @@ def format_summary(summary: Mapping[str, Any], metric_names: Sequence[str] = TAB
     windows = summary.get("temporal_windows")
     if windows:
         lines.append("temporal windows: " + ", ".join(f"{k}={v}" for k, v in windows.items()))
+        lines.append("")
+    dates = summary.get("unparsable_dates")
+    if dates and any(dates.values()):
+        lines.append("unparsable dates: " + ", ".join(f"{k}={v}" for k, v in dates.items()))
         lines.append("")
     return "\n".join(lines)

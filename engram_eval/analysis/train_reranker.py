@@ -1,0 +1,319 @@
+"""``engram-eval train-reranker``: train a cross-encoder on a tuning part, with a model card.
+
+``train-reranker PART --run RUN --output DIR`` builds (question, turn) pairs from a dataset
+part and a finished run's rankings on that part, fine-tunes a cross-encoder with
+sentence-transformers' ``CrossEncoderTrainer`` (binary cross-entropy on one logit), and
+writes the model directory ``DIR`` plus its card ``DIR.card.json``. The result is used like
+any reranker: ``run --rerank --reranker-model DIR --rerank-unit turn``.
+
+Pairs (deterministic: the same part, run and settings give the same pairs, in order):
+
+* **Positives**: the gold sessions' user turns that carry the dataset's evidence mark --
+  ``has_answer`` in LongMemEval, the QA item's resolved evidence ``dia_id`` in LoCoMo (every
+  turn counts as user text there: no chat roles). A question without such a turn (LongMemEval
+  abstention and single-session-assistant questions, whose evidence is in assistant turns)
+  gives no pair and is counted in the card.
+* **Hard negatives**: for the first ``hard_negatives`` non-gold sessions of the run's ranking
+  (within its first ``negative_depth``), the user turn that shares the most content terms
+  with the question (ties: the earlier turn) -- the turn most likely to fool the model.
+* **Random negatives**: ``random_negatives`` user turns of other non-gold sessions, drawn
+  with a generator seeded by (seed, question id).
+
+Refusals: a part marked held-out (its ``.split.json`` marker, or its content matching a
+held-out part the package can see), a run made on other data (the run's dataset sha256 must
+be the part's), an existing output, a part without any positive.
+
+The card records the part (path, sha256, split-manifest sha256 and part name from its
+marker), the run (path, fingerprint, rows sha256), the base model (name, path, files sha256),
+every setting, the pair counts (and per-question skips), the sha256 of the pair list, the loss
+curve, the wall time and steps, package versions, and the sha256 of every output file. CPU
+training with fixed seeds repeats on the same machine and library versions; across machines
+float summation may differ, so ``verify`` checks a reranked run against the recorded model
+files' hashes rather than expecting a retrained model to match bit for bit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from engram_eval.data.records import Question, Session, has_chat_roles, user_turns
+from engram_eval.errors import ConfigError, ProvenanceError
+from engram_eval.io import atomic_write, sha256_file
+from engram_eval.retrieval.bm25 import tokenize
+
+CARD_KIND = "engram-eval/reranker-card"
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Every setting of ``train-reranker`` (recorded in the card)."""
+
+    base_model: str = "all-MiniLM-L6-v2"  # bundled MiniLM (a bi-encoder: a new 1-logit head)
+    max_length: int = 128          # tokens of (question, turn); turn-level rerank uses the same
+    hard_negatives: int = 3        # non-gold sessions of the run's ranking giving a turn each
+    negative_depth: int = 20       # how deep in the run's ranking hard negatives are taken
+    random_negatives: int = 2      # random non-gold user turns per question
+    epochs: int = 1
+    batch_size: int = 16
+    learning_rate: float = 2e-5
+    warmup_ratio: float = 0.1
+    max_steps: int = 0             # 0: the epochs decide
+    time_budget_s: float = 0.0     # 0: none; else training stops after this many seconds
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks = [("max_length", 16 <= self.max_length <= 8192),
+                  ("hard_negatives", 0 <= self.hard_negatives <= 1000),
+                  ("negative_depth", 1 <= self.negative_depth <= 100000),
+                  ("random_negatives", 0 <= self.random_negatives <= 1000),
+                  ("epochs", 1 <= self.epochs <= 1000), ("batch_size", 1 <= self.batch_size),
+                  ("learning_rate", 0 < self.learning_rate < 1),
+                  ("warmup_ratio", 0 <= self.warmup_ratio < 1),
+                  ("max_steps", self.max_steps >= 0), ("time_budget_s", self.time_budget_s >= 0)]
+        for name, ok in checks:
+            if not ok:
+                raise ConfigError(f"train-reranker: {name}={getattr(self, name)!r} is out of "
+                                  "range")
+
+
+@dataclass(frozen=True)
+class Pair:
+    question_id: str
+    session_id: str
+    turn_index: int
+    label: float  # 1.0 evidence turn, 0.0 negative
+    kind: str  # positive | hard | random
+    question: str
+    text: str
+
+
+def _evidence_turns(q: Question, roles: bool) -> list[tuple[Session, int]]:
+    """(session, turn index) of the question's evidence user turns in its gold sessions."""
+    gold = set(q.answer_session_ids)
+    evidence = q.get_extra("evidence_dia_ids")
+    ids = {str(x) for x in evidence} if isinstance(evidence, (list, tuple)) else set()
+    out = []
+    for s in q.sessions:
+        if s.session_id not in gold:
+            continue
+        for t in s.turns:
+            if (t.role == "user" or not roles) and t.content.strip() and (
+                    t.has_answer or (t.turn_id and t.turn_id in ids)):
+                out.append((s, t.index))
+    return out
+
+
+def _user_turn_candidates(s: Session, roles: bool) -> list[tuple[int, str]]:
+    return [(t.index, t.content) for t in user_turns(s, roles) if t.content.strip()]
+
+
+def _most_question_like(question: str, turns: Sequence[tuple[int, str]]) -> tuple[int, str]:
+    q = set(tokenize(question))
+    best = max(turns, key=lambda it: (len(q & set(tokenize(it[1]))), -it[0]))
+    return best
+
+
+def build_pairs(questions: Sequence[Question], rankings: dict[str, Sequence[str]],
+                settings: TrainSettings) -> tuple[list[Pair], dict[str, Any]]:
+    """The pairs of the module docstring and their counts (``skipped`` per reason)."""
+    pairs: list[Pair] = []
+    skipped: dict[str, list[str]] = {"no_evidence_turn": [], "not_in_run": []}
+    for q in questions:
+        roles = has_chat_roles(q.sessions)
+        positives = _evidence_turns(q, roles)
+        if not positives:
+            skipped["no_evidence_turn"].append(q.question_id)
+            continue
+        if q.question_id not in rankings:
+            skipped["not_in_run"].append(q.question_id)
+            continue
+        by_id = {s.session_id: s for s in q.sessions}
+        for s, k in positives:
+            pairs.append(Pair(q.question_id, s.session_id, k, 1.0, "positive", q.question,
+                              s.turns[k].content))
+        gold = set(q.answer_session_ids)
+        ranked = [sid for sid in rankings[q.question_id][: settings.negative_depth]
+                  if sid not in gold and sid in by_id]
+        used: set[str] = set()
+        for sid in ranked:
+            if len(used) >= settings.hard_negatives:
+                break
+            turns = _user_turn_candidates(by_id[sid], roles)
+            if not turns:
+                continue
+            k, text = _most_question_like(q.question, turns)
+            pairs.append(Pair(q.question_id, sid, k, 0.0, "hard", q.question, text))
+            used.add(sid)
+        pool = [s for s in q.sessions if s.session_id not in gold and s.session_id not in used
+                and _user_turn_candidates(s, roles)]
+        rng = random.Random(f"{settings.seed}:{q.question_id}")
+        for s in rng.sample(pool, min(settings.random_negatives, len(pool))):
+            k, text = rng.choice(_user_turn_candidates(s, roles))
+            pairs.append(Pair(q.question_id, s.session_id, k, 0.0, "random", q.question, text))
+    counts = {"pairs": len(pairs),
+              "positive": sum(p.kind == "positive" for p in pairs),
+              "hard": sum(p.kind == "hard" for p in pairs),
+              "random": sum(p.kind == "random" for p in pairs),
+              "questions_used": len({p.question_id for p in pairs}),
+              "questions_skipped": {k: len(v) for k, v in skipped.items()},
+              "skipped_ids": skipped}
+    return pairs, counts
+
+
+def pairs_sha256(pairs: Sequence[Pair]) -> str:
+    h = hashlib.sha256()
+    for p in pairs:
+        h.update(json.dumps(asdict(p), sort_keys=True, ensure_ascii=False).encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def refuse_heldout(part: Path) -> dict[str, Any] | None:
+    """The part's split marker (None when it has none); ProvenanceError for a held-out
+    part, by its marker or by its content matching a held-out part the package knows."""
+    from engram_eval.data.split import part_marker
+
+    marker = part_marker(part)
+    if marker is not None and marker.get("part") == "heldout":
+        raise ProvenanceError(f"{part}: this is a held-out part (its split marker says so); "
+                              "a reranker is trained on a tuning part only")
+    import importlib
+
+    try:  # the content-keyed guard (a copy, a gzip or a symlink of a held-out part)
+        guard: Any = importlib.import_module("engram_eval.provenance.heldout")
+    except ImportError:  # pragma: no cover - present once the guard lands
+        guard = None
+    if guard is not None and hasattr(guard, "is_heldout"):
+        found = guard.is_heldout(part)
+        if found:
+            raise ProvenanceError(f"{part}: its content is a held-out part ({found}); a "
+                                  "reranker is trained on a tuning part only")
+    return marker
+
+
+def _package_versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in ("engram-eval", "torch", "sentence-transformers", "transformers", "datasets"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def train(part: str | Path, run: str | Path, output: str | Path,
+          settings: TrainSettings | None = None, *, log: Any = None) -> dict[str, Any]:
+    """See the module docstring. Returns the card."""
+    from engram_eval.data.datasets import load_questions
+    from engram_eval.retrieval.models import resolve_model
+    from engram_eval.runs.reader import read_run
+
+    s = settings or TrainSettings()
+    part_p, out = Path(part), Path(output)
+    card_path = Path(str(out) + ".card.json")
+    for p in (out, card_path):
+        if p.exists():
+            raise ProvenanceError(f"{p}: exists; train-reranker never overwrites")
+    marker = refuse_heldout(part_p)
+    part_sha = sha256_file(part_p)
+    finished = read_run(run, require_sidecar=True)
+    if finished.dataset_sha256 != part_sha:
+        raise ProvenanceError(f"{run}: was made on data with sha256 {finished.dataset_sha256}, "
+                              f"not on {part_p} ({part_sha}); train on the run of this part")
+    base = resolve_model(s.base_model, "embedding")
+    _, questions = load_questions(part_p)
+    rankings = {r["question_id"]: r["ranked_session_ids"] for r in finished.rows}
+    pairs, counts = build_pairs(questions, rankings, s)
+    if not counts["positive"]:
+        raise ConfigError(f"{part_p}: no question has an evidence turn; nothing to train on")
+    t0 = time.time()
+    history = _fit(pairs, base.path, out, s, log)
+    wall = time.time() - t0
+    files = {p.relative_to(out).as_posix(): sha256_file(p)
+             for p in sorted(out.rglob("*")) if p.is_file()}
+    card = {
+        "kind": CARD_KIND,
+        "part": {"path": str(part_p), "sha256": part_sha,
+                 "split_manifest_sha256": (marker or {}).get("split_manifest_sha256"),
+                 "split_part": (marker or {}).get("part")},
+        "run": {"path": str(run), "fingerprint": finished.fingerprint,
+                "rows_sha256": finished.rows_sha256},
+        "base_model": base.to_json(), "settings": asdict(s),
+        "pairs": {k: v for k, v in counts.items() if k != "skipped_ids"},
+        "skipped_ids": counts["skipped_ids"], "pairs_sha256": pairs_sha256(pairs),
+        "training": history, "wall_seconds": round(wall, 3),
+        "packages": _package_versions(), "output_files": files,
+        "usage": f"run --rerank --reranker-model {out} --rerank-unit turn "
+                 f"--rerank-max-length {s.max_length}",
+    }
+    atomic_write(card_path, json.dumps(card, indent=2, sort_keys=True) + "\n")
+    return card
+
+
+def _fit(pairs: Sequence[Pair], base_dir: str, out: Path, s: TrainSettings,
+         log: Any) -> dict[str, Any]:
+    """Fine-tune with sentence-transformers' CrossEncoderTrainer; returns the loss curve."""
+    try:
+        import torch
+        from datasets import Dataset
+        from sentence_transformers.cross_encoder import (
+            CrossEncoder,
+            CrossEncoderTrainer,
+            CrossEncoderTrainingArguments,
+        )
+        from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
+        from transformers import TrainerCallback, set_seed
+    except ImportError as e:  # pragma: no cover - core dependencies
+        raise ConfigError(f"train-reranker needs sentence-transformers, datasets and torch "
+                          f"({e}); pip install 'engram-eval'") from None
+
+    set_seed(s.seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    model = CrossEncoder(base_dir, num_labels=1, max_length=s.max_length, device="cpu")
+    data = Dataset.from_dict({"question": [p.question for p in pairs],
+                              "text": [p.text for p in pairs],
+                              "label": [p.label for p in pairs]})
+    budget = s.time_budget_s
+    started = time.time()
+
+    class Budget(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
+            if budget and time.time() - started > budget:
+                control.should_training_stop = True
+            if log is not None and state.max_steps and (
+                    state.global_step % max(1, state.max_steps // 20) == 0):
+                log(f"train-reranker: step {state.global_step}/{state.max_steps}")
+            return control
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="engram-train-reranker-") as scratch:
+        args = CrossEncoderTrainingArguments(
+            output_dir=scratch, num_train_epochs=s.epochs, max_steps=s.max_steps or -1,
+            per_device_train_batch_size=s.batch_size, learning_rate=s.learning_rate,
+            warmup_ratio=s.warmup_ratio, seed=s.seed, data_seed=s.seed, logging_steps=1,
+            save_strategy="no", report_to=[], disable_tqdm=log is not None, use_cpu=True,
+            dataloader_num_workers=0)
+        trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=data,
+                                      loss=BinaryCrossEntropyLoss(model), callbacks=[Budget()])
+        if log is not None:  # one line per ~5% of the steps (Budget), not one per step
+            from transformers.trainer_callback import PrinterCallback
+
+            trainer.remove_callback(PrinterCallback)
+        trainer.train()
+        state = trainer.state
+    model.save_pretrained(str(out))
+    losses = [{"step": int(h["step"]), "loss": float(h["loss"])}
+              for h in state.log_history if "loss" in h]
+    return {"steps": int(state.global_step), "max_steps": int(state.max_steps),
+            "stopped_by_budget": bool(budget and state.global_step < state.max_steps),
+            "loss_curve": losses}

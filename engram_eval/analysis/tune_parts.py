@@ -1,0 +1,235 @@
+"""``engram-eval tune RUN_A RUN_B ...``: choose fusion settings over several tuning parts,
+separately for each chat structure.
+
+Each run is one tuning part (for example the tune part of the LongMemEval dev split and the
+tune conversations of a LoCoMo split). :func:`engram_eval.analysis.tune.load_part` reads it and
+proves that the pipeline reproduces every stored ranking from the traced signals. Runs are
+grouped by their haystacks' chat structure (``chat``: user and assistant roles; ``people``:
+no assistant role, as decided by :func:`engram_eval.data.records.has_chat_roles` and traced
+per question); each group is tuned on its own parts:
+
+1. **Candidates**: the grid of :func:`engram_eval.analysis.tune.candidates` around the
+   group's first run's own settings and the signals its runs traced.
+2. **Objective per part**: the mean over the part's questions (under its protocol) of the
+   mean of the objective metrics, as in single-run ``tune``.
+3. **Combined** (stated in the report): ``worst-ratio`` (default) = the smallest, over the
+   group's parts, of the part's score divided by the best score any candidate reaches on
+   that part; ``mean`` = the unweighted mean of the parts' scores. Ties: grid order.
+4. **Estimate**: ``folds``-fold cross-validation within every part at once (fold ``f`` of
+   each part held out together; the choice is made on the other folds of every part); with
+   ``cluster="id-prefix"`` the unit is the question id's prefix before ``:`` (a LoCoMo
+   conversation), so no conversation is split between choosing and scoring.
+
+Output: ``CONFIG.yaml`` whose top-level fusion/temporal fields are the ``chat`` choice (or
+the ``people`` one when only people parts were given) and whose ``people_overrides`` hold the
+``people`` choice's fields that differ, so one config serves both structures; a signal is
+switched on when either structure gives it weight. ``CONFIG.yaml.tuning.json`` says, per
+field, whether it is shared or per structure, and records every part (path, fingerprint,
+dataset hash, rows hash, protocol, counts), the grid, the objective and combination rule,
+each part's in-sample score of the choice and of its own settings, and the estimates.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engram_eval.analysis import tune as T
+from engram_eval.errors import ConfigError
+from engram_eval.retrieval import fusion as F
+from engram_eval.retrieval.settings import RetrievalSettings
+
+COMBINE = ("worst-ratio", "mean")
+STRUCTURE_FIELDS = ("fusion", "normalisation", "rrf_k", "temporal", "temporal_boost")
+
+
+def combine(scores: np.ndarray, rule: str) -> np.ndarray:
+    """``scores``: parts x candidates -> one value per candidate."""
+    if rule == "mean":
+        return scores.mean(axis=0)
+    best = scores.max(axis=1, keepdims=True)
+    ratio = np.divide(scores, best, out=np.ones_like(scores), where=best > 0)
+    return ratio.min(axis=0)
+
+
+def units_of(ids: Sequence[str], cluster: str | None) -> list[str]:
+    return [i.split(":", 1)[0] if cluster == "id-prefix" else i for i in ids]
+
+
+def fold_of_units(units: Sequence[str], folds: int, seed: int) -> np.ndarray:
+    """Fold of each question: its unit's fold, units dealt round-robin after a seeded
+    permutation (first-seen order)."""
+    distinct = list(dict.fromkeys(units))
+    unit_fold = T.folds_of(len(distinct), folds, seed)
+    index = {u: k for k, u in enumerate(distinct)}
+    return np.array([unit_fold[index[u]] for u in units], dtype=np.int64)
+
+
+def _choose(parts: list[T.TunedPart], grid: dict[str, Any], objective: Sequence[str],
+            rule: str, folds: int, seed: int, cluster: str | None) -> dict[str, Any]:
+    own = parts[0].own
+    signals = [n for n in F.SIGNAL_ORDER if any(n in p.signals for p in parts)]
+    cands = T.candidates(grid, own, signals)
+    if not cands:
+        raise ConfigError("tune: the grid yields no candidate (all weights 0?)")
+    tables = []
+    for p in parts:
+        ev = T.Evaluator(p.questions, objective)
+        tables.append((ev, np.stack([ev.per_question(c) for c in cands])))  # C x Q
+    per_part = np.stack([tab.mean(axis=1) for _, tab in tables])  # parts x C
+    combined = combine(per_part, rule)
+    best = int(np.argmax(combined))
+    chosen = cands[best]
+    for p, (ev, _) in zip(parts, tables, strict=True):  # the pipeline's own result
+        for c in dict.fromkeys((p.own, chosen)):
+            orders = ev.orders(c)
+            for qi, q in enumerate(p.questions):
+                ref, _ = T.pipeline_order(q, c, p.run_settings)
+                if [int(i) for i in orders[qi, : len(q.session_ids)]] != ref:
+                    raise RuntimeError(f"tune: vectorised re-fusion differs from the pipeline "
+                                       f"on {q.question_id}")
+    fold = [fold_of_units(units_of([q.question_id for q in p.questions], cluster), folds,
+                          seed) for p in parts]
+    held = [np.zeros(len(p.questions)) for p in parts]
+    per_fold = []
+    for f in range(folds):
+        train = np.stack([tab[:, fold[k] != f].mean(axis=1) if (fold[k] != f).any()
+                          else tab.mean(axis=1) for k, (_, tab) in enumerate(tables)])
+        pick = int(np.argmax(combine(train, rule)))
+        for k, (_, tab) in enumerate(tables):
+            test = fold[k] == f
+            held[k][test] = tab[pick, test]
+        per_fold.append({"fold": f, "chosen": cands[pick].to_json()})
+    own_scores = []
+    for p, (ev, _) in zip(parts, tables, strict=True):
+        own_scores.append(float(ev.per_question(p.own).mean()))
+    return {
+        "chosen": chosen, "signals": signals, "n_candidates": len(cands),
+        "combined_score": float(combined[best]),
+        "parts": [{"path": p.path, "fingerprint": p.meta.get("fingerprint"),
+                   "dataset": p.meta.get("dataset"), "rows_sha256": p.rows_sha256,
+                   "protocol": p.protocol, "n_questions": len(p.questions),
+                   "in_sample_score": float(per_part[k, best]),
+                   "best_possible_score": float(per_part[k].max()),
+                   "run_settings": p.own.to_json(), "run_settings_score": own_scores[k],
+                   "cv_estimate": float(held[k].mean()),
+                   "in_sample_metrics": tables[k][0].metric_means(chosen)}
+                  for k, p in enumerate(parts)],
+        "cross_validation": {"folds": folds, "seed": seed, "unit": cluster or "question",
+                             "per_fold": per_fold},
+    }
+
+
+def _fields(c: T.Candidate) -> dict[str, Any]:
+    d = {k: getattr(c, k) for k in STRUCTURE_FIELDS}
+    for name, w in c.weights:
+        d[T.WEIGHT_FIELD[name]] = float(w)
+    return d
+
+
+def tune_parts(runs: Sequence[str | Path], grid_path: str | Path, output: str | Path, *,
+               protocols: Sequence[str] | None = None,
+               objective: Sequence[str] = T.DEFAULT_OBJECTIVE, rule: str = "worst-ratio",
+               folds: int = 5, seed: int = 0, cluster: str | None = "id-prefix"
+               ) -> T.TuneResult:
+    """See the module docstring. ``protocols``: one per run (default: ``answerable`` for a
+    LongMemEval run, ``locomo_no_adversarial`` for a LoCoMo run when it was scored so, else
+    ``locomo``)."""
+    t0 = time.perf_counter()
+    out = Path(output)
+    report_path = Path(str(out) + ".tuning.json")
+    for p in (out, report_path):
+        if p.exists():
+            raise FileExistsError(f"{p}: exists; tune never overwrites")
+    if rule not in COMBINE:
+        raise ConfigError(f"tune: --combine must be one of {COMBINE}")
+    if folds < 2:
+        raise ConfigError("tune: --folds must be at least 2")
+    if protocols is not None and len(protocols) not in (1, len(runs)):
+        raise ConfigError("tune: give one --protocol, or one per run")
+    objective = [m.strip() for m in objective if m.strip()]
+    for m in objective:
+        T._metric_fn(m)
+    grid = T.load_grid(grid_path)
+    parts: list[T.TunedPart] = []
+    for k, r in enumerate(runs):
+        proto = (protocols[0] if protocols and len(protocols) == 1
+                 else protocols[k] if protocols else _default_protocol(r))
+        parts.append(T.load_part(r, proto))
+    groups: dict[str, list[T.TunedPart]] = {}
+    for part in parts:
+        groups.setdefault("chat" if part.chat_roles else "people", []).append(part)
+    chosen = {s: _choose(g, grid, objective, rule, folds, seed, cluster)
+              for s, g in groups.items()}
+    main = "chat" if "chat" in chosen else "people"
+    base_cfg = groups[main][0].run_cfg
+    signals = [n for n in F.SIGNAL_ORDER if any(n in c["signals"] for c in chosen.values())]
+    config = T.output_config(base_cfg, chosen[main]["chosen"], signals)
+    on = {n for c in chosen.values() for n, w in c["chosen"].weights if w > 0}
+    for n in signals:  # a signal either structure fuses must be computed
+        config[T.USE_FIELD[n]] = config[T.USE_FIELD[n]] or n in on
+    field_report: dict[str, Any] = {}
+    overrides: dict[str, Any] = {}
+    main_fields = _fields(chosen[main]["chosen"])
+    if "people" in chosen and main == "chat":
+        people_fields = _fields(chosen["people"]["chosen"])
+        for name in sorted(set(main_fields) | set(people_fields)):
+            a, b = main_fields.get(name), people_fields.get(name)
+            if b is not None and a != b:
+                overrides[name] = b
+                field_report[name] = {"chat": a, "people": b}
+            else:
+                field_report[name] = {"shared": a}
+    else:
+        field_report = {k: {main: v} for k, v in main_fields.items()}
+    config["people_overrides"] = overrides
+    RetrievalSettings.of(config)  # the written config must validate
+    report = {
+        "kind": "engram-eval/tuning-parts", "objective": {"metrics": list(objective),
+                                                          "per_part": "mean over questions of "
+                                                          "the mean of these metrics",
+                                                          "combined": rule},
+        "grid": grid, "structures": {s: {**{k: v for k, v in c.items() if k != "chosen"},
+                                         "chosen": c["chosen"].to_json()}
+                                     for s, c in chosen.items()},
+        "fields": field_report, "config": config,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    from engram_eval.io import exclusive_write
+
+    exclusive_write(report_path, json.dumps(report, indent=2, sort_keys=True) + "\n")
+    exclusive_write(out, _yaml(config, report, report_path))
+    return T.TuneResult(out, report_path, report)
+
+
+def _default_protocol(run: str | Path) -> str:
+    from engram_eval.runs.reader import read_run
+
+    meta = read_run(run, require_sidecar=True).metadata
+    from engram_eval.scoring.protocols import default_protocols
+
+    fmt = str(meta.get("dataset_format") or "longmemeval")
+    recorded = list((meta.get("config") or {}).get("protocols") or default_protocols(fmt))
+    if fmt == "locomo":
+        return "locomo_no_adversarial" if "locomo_no_adversarial" in recorded else "locomo"
+    return "answerable"
+
+
+def _yaml(config: dict[str, Any], report: dict[str, Any], report_path: Path) -> str:
+    import yaml
+
+    head = ["# engram-eval tune over several tuning parts; load with engram-eval run --config"]
+    for s, c in report["structures"].items():
+        for p in c["parts"]:
+            head.append(f"# {s}: {p['path']} ({p['protocol']}, {p['n_questions']} questions; "
+                        f"rows sha256 {p['rows_sha256']}): in-sample {p['in_sample_score']:.4f}"
+                        f", own settings {p['run_settings_score']:.4f}, CV estimate "
+                        f"{p['cv_estimate']:.4f}")
+    head.append(f"# combined by {report['objective']['combined']}; full report: "
+                f"{report_path.name}")
+    return "\n".join(head) + "\n" + yaml.safe_dump(dict(config), sort_keys=False)
