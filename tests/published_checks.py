@@ -74,13 +74,23 @@ def publishing_commit(path: Path) -> str | None:
     return git("log", "--diff-filter=A", "--format=%H", "-1", "--", path.name) or None
 
 
+#: ``verify --rerun`` on the data tier: this many questions of every published run are
+#: re-ranked with the recorded settings and models, cache off, sampled with this seed
+#: (PROVENANCE.md states both).
+RERUN_QUESTIONS = 3
+RERUN_SEED = 0
+
+
 def check_verifies(result: Path, dataset: Path | None = None,
-                   sources_at: str | None = None) -> None:
+                   sources_at: str | None = None, rerun: int = 0) -> None:
     """``verify`` finds no failure; with the dataset, the dataset hash and the gold were
     re-derived (every other check ran and passed). With ``sources_at`` (the publishing
     commit) the recorded sources must equal that commit's; without it, the installed-package
-    source check may fail (staleness) and nothing else."""
-    report = verify(result, dataset, sources_at=sources_at)
+    source check may fail (staleness) and nothing else. ``rerun`` K > 0 (needs the dataset):
+    K questions sampled with :data:`RERUN_SEED` are re-executed by today's code and must give
+    the recorded rankings and scores."""
+    report = verify(result, dataset, sources_at=sources_at, rerun=rerun,
+                    rerun_seed=RERUN_SEED if rerun else None)
     failed = [(n, d) for n, status, d in report.checks
               if status == FAIL and (sources_at is not None or n != STALENESS)]
     assert not failed, failed

@@ -8,7 +8,8 @@ Recorded source hashes are checked against the commit that added each run to git
 --sources-at``), so a later code change cannot hide a run whose recorded sources match no
 commit; where that commit cannot be known (no git, a shallow clone, not yet committed) the
 installed-package source check is allowed to be stale. With the real data present, the
-opt-in tier (``pytest -m data``) also re-hashes the dataset and re-derives gold from it.
+opt-in tier (``pytest -m data``) also re-hashes the dataset, re-derives gold from it and
+re-executes ``RERUN_QUESTIONS`` seeded-sampled questions of every run (``verify --rerun``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from published_checks import (
+    RERUN_QUESTIONS,
     check_every_file_carries_provenance,
     check_run_files,
     check_scores_non_increasing,
@@ -83,12 +85,12 @@ def test_published_run_verifies_against_the_dataset(result: Path,
     meta = json.loads(Path(str(result) + ".metadata.json").read_text())
     name = meta["dataset"]["name"]
     if name in split_parts:
-        check_verifies(result, split_parts[name], publishing_commit(result))
+        check_verifies(result, split_parts[name], publishing_commit(result), RERUN_QUESTIONS)
         return
     hits = sorted(data_dir().rglob(name)) if data_dir().is_dir() else []
     if not hits:
         pytest.skip(f"dataset {name} not available under {data_dir()}")
-    check_verifies(result, hits[0], publishing_commit(result))
+    check_verifies(result, hits[0], publishing_commit(result), RERUN_QUESTIONS)
 
 
 @pytest.mark.parametrize("result", RESULTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())

@@ -163,3 +163,27 @@ def test_a_heldout_part_and_a_run_on_other_data_are_refused(bm25_run: Path,
     with pytest.raises(ProvenanceError, match="was made on data"):
         train(tune, bm25_run, tmp_path / "m2")  # the run is of the whole fixture
     assert not (tmp_path / "m1").exists() and not (tmp_path / "m2").exists()
+
+
+def test_exclude_shard_leaves_out_the_fold_a_run_shard_selects(bm25_run: Path,
+                                                               tiny_embedding_model: str,
+                                                               tmp_path: Path) -> None:
+    from engram_eval.data.datasets import load_questions
+    from engram_eval.errors import ConfigError
+    from engram_eval.runs.shard import shard_of
+
+    _, questions = load_questions(TINY)
+    fold = [q.question_id for q in questions if shard_of(q.question_id, 2) == 0]
+    assert 0 < len(fold) < len(questions)  # the fixture has questions on both sides
+    s = TrainSettings(base_model=tiny_embedding_model, max_steps=1, batch_size=8,
+                      exclude_shard="0/2")
+    card = train(TINY, bm25_run, tmp_path / "fold", s)
+    assert card["settings"]["exclude_shard"] == "0/2"
+    assert card["excluded_questions"]["count"] == len(fold)
+    kept = [q for q in questions if q.question_id not in fold]
+    _, full_counts = build_pairs(kept, {q.question_id: [s.session_id for s in q.sessions]
+                                        for q in kept}, TrainSettings())
+    assert card["pairs"]["questions_used"] <= len(kept)
+    assert card["pairs"]["questions_used"] == full_counts["questions_used"]
+    with pytest.raises(ConfigError, match="exclude_shard"):
+        TrainSettings(exclude_shard="2/2")

@@ -67,8 +67,19 @@ class TrainSettings:
     max_steps: int = 0             # 0: the epochs decide
     time_budget_s: float = 0.0     # 0: none; else training stops after this many seconds
     seed: int = 0
+    #: "I/N": leave out the questions ``run --shard I/N`` selects (k-fold: the reranker of
+    #: fold I never sees the questions its fold is then scored on); "" trains on the whole part
+    exclude_shard: str = ""
 
     def __post_init__(self) -> None:
+        if self.exclude_shard:
+            from engram_eval.runs.shard import parse_shard
+
+            try:
+                parse_shard(self.exclude_shard)
+            except (ValueError, ConfigError) as e:
+                raise ConfigError(f"train-reranker: exclude_shard={self.exclude_shard!r}: "
+                                  f"{e}") from None
         checks = [("max_length", 16 <= self.max_length <= 8192),
                   ("hard_negatives", 0 <= self.hard_negatives <= 1000),
                   ("negative_depth", 1 <= self.negative_depth <= 100000),
@@ -184,17 +195,12 @@ def refuse_heldout(part: Path) -> dict[str, Any] | None:
     if marker is not None and marker.get("part") == "heldout":
         raise ProvenanceError(f"{part}: this is a held-out part (its split marker says so); "
                               "a reranker is trained on a tuning part only")
-    import importlib
+    from engram_eval.provenance.heldout import is_heldout
 
-    try:  # the content-keyed guard (a copy, a gzip or a symlink of a held-out part)
-        guard: Any = importlib.import_module("engram_eval.provenance.heldout")
-    except ImportError:  # pragma: no cover - present once the guard lands
-        guard = None
-    if guard is not None and hasattr(guard, "is_heldout"):
-        found = guard.is_heldout(part)
-        if found:
-            raise ProvenanceError(f"{part}: its content is a held-out part ({found}); a "
-                                  "reranker is trained on a tuning part only")
+    found = is_heldout(part)  # the content-keyed guard: a copy, a gzip or a symlink too
+    if found:
+        raise ProvenanceError(f"{part}: its content is a held-out part ({found}); a "
+                              "reranker is trained on a tuning part only")
     return marker
 
 
@@ -231,6 +237,14 @@ def train(part: str | Path, run: str | Path, output: str | Path,
                               f"not on {part_p} ({part_sha}); train on the run of this part")
     base = resolve_model(s.base_model, "embedding")
     _, questions = load_questions(part_p)
+    left_out: list[str] = []
+    if s.exclude_shard:
+        from engram_eval.runs.shard import parse_shard, shard_of
+
+        fold = parse_shard(s.exclude_shard)
+        assert fold is not None
+        left_out = [q.question_id for q in questions if shard_of(q.question_id, fold[1]) == fold[0]]
+        questions = [q for q in questions if shard_of(q.question_id, fold[1]) != fold[0]]
     rankings = {r["question_id"]: r["ranked_session_ids"] for r in finished.rows}
     pairs, counts = build_pairs(questions, rankings, s)
     if not counts["positive"]:
@@ -250,6 +264,9 @@ def train(part: str | Path, run: str | Path, output: str | Path,
         "base_model": base.to_json(), "settings": asdict(s),
         "pairs": {k: v for k, v in counts.items() if k != "skipped_ids"},
         "skipped_ids": counts["skipped_ids"], "pairs_sha256": pairs_sha256(pairs),
+        "excluded_questions": {"shard": s.exclude_shard or None, "count": len(left_out),
+                               "ids_sha256": hashlib.sha256(
+                                   "\n".join(sorted(left_out)).encode("utf-8")).hexdigest()},
         "training": history, "wall_seconds": round(wall, 3),
         "packages": _package_versions(), "output_files": files,
         "usage": f"run --rerank --reranker-model {out} --rerank-unit turn "

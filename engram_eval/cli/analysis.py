@@ -251,7 +251,9 @@ def add_train_reranker(sub: Any) -> None:
             ("learning_rate", float, "learning rate"), ("warmup_ratio", float, "warm-up share"),
             ("max_steps", int, "stop after this many steps (0: the epochs decide)"),
             ("time_budget_s", float, "stop after this many seconds (0: no budget)"),
-            ("seed", int, "seed of the head, the data order and the random negatives")):
+            ("seed", int, "seed of the head, the data order and the random negatives"),
+            ("exclude_shard", str, "I/N: leave out the questions 'run --shard I/N' selects, "
+             "so that fold's run scores questions this reranker never saw ('': none)")):
         tr.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name),
                         help=f"{text} (default {getattr(d, name)})")
 

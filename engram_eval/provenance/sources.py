@@ -145,6 +145,8 @@ FILE_GENERATORS: dict[str, str] = {
     # results/longmemeval_s_dev_split (scripts/publish_tuning.sh)
     "tuned.yaml": "engram_eval/analysis/tune.py",
     "tuned.yaml.tuning.json": "engram_eval/analysis/tune.py",
+    # results/longmemeval_s_dev_rerank (scripts/publish_rerank.sh)
+    "rerank_choice.json": "benchmarks/longmemeval/choose_rerank.py",
     # results/structure (scripts/publish_structure.sh)
     "tuned_by_structure.yaml": "engram_eval/analysis/tune_parts.py",
     "tuned_by_structure.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
@@ -159,6 +161,8 @@ FILE_GENERATORS: dict[str, str] = {
 #: Derived file name suffix -> its generator (frozen manifests, ``*.frozen.json``).
 SUFFIX_GENERATORS: dict[str, str] = {
     ".frozen.json": "engram_eval/provenance/frozen.py",
+    # a trained reranker's model card (train-reranker; the weights are not published)
+    ".card.json": "engram_eval/analysis/train_reranker.py",
 }
 
 

@@ -1,0 +1,158 @@
+#!/usr/bin/env python
+"""Choose the rerank blend out of fold: pool k-fold runs of a tuning part, one candidate at a
+time, and pick the candidate with the best stated objective.
+
+    python benchmarks/longmemeval/choose_rerank.py \\
+        --candidate none  f0_none.jsonl f1_none.jsonl \\
+        --candidate a0.3  f0_a0.3.jsonl f1_a0.3.jsonl \\
+        --candidate a0.5  f0_a0.5.jsonl f1_a0.5.jsonl \\
+        --objective recall_any@1,recall_all@5,ndcg_any@5 --protocol answerable \\
+        --output rerank_choice.json
+
+Each candidate is the same settings run once per fold (``run --shard I/K``); a reranked fold
+run must use a reranker whose card (``MODEL.card.json``, written by ``train-reranker``) says it
+was trained on the same part with exactly that shard left out (``--exclude-shard I/K``), so
+every question is scored by a model that never saw it. The folds of one candidate must be
+disjoint, and every candidate must cover the same questions. A candidate's score is the mean
+over its pooled questions of the mean of the objective's metrics (per-question metrics from
+the rows, averaged by ``engram_eval.scoring.summary.summarize_rows``, the runner's own
+summary); the highest wins, ties going to the candidate listed first. The report (JSON, with a
+derived-file sidecar) gives every candidate's pooled means, per fold n, and the choice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from engram_eval.errors import EngramEvalError, ProvenanceError  # noqa: E402
+from engram_eval.io import atomic_write, dump_json, sha256_file  # noqa: E402
+from engram_eval.provenance.derived import write_derived_sidecar  # noqa: E402
+from engram_eval.runs.reader import FinishedRun, read_run  # noqa: E402
+from engram_eval.scoring.summary import summarize_rows  # noqa: E402
+
+GENERATOR = "benchmarks/longmemeval/choose_rerank.py"
+REPORTED = ("recall_any@1", "recall_any@5", "recall_all@5", "ndcg_any@5", "recall_all@10",
+            "mrr")
+
+
+def _fold_check(run: FinishedRun) -> dict[str, Any]:
+    """The fold of ``run`` (its shard) and, for a reranked run, proof that its reranker left
+    exactly that fold out of training on the same data."""
+    cfg = run.metadata["config"]
+    sh = run.metadata["selection"].get("shard")
+    shard = f"{sh['index']}/{sh['count']}" if sh else ""
+    if not shard:
+        raise ProvenanceError(f"{run.path}: not a fold run (no --shard in its config)")
+    out: dict[str, Any] = {"file": str(run.path), "shard": shard, "n": len(run.rows),
+                           "fingerprint": run.fingerprint, "rerank": bool(cfg.get("rerank"))}
+    if cfg.get("rerank"):
+        card_path = Path(str(cfg["reranker_model"]) + ".card.json")
+        if not card_path.is_file():
+            raise ProvenanceError(f"{run.path}: its reranker {cfg['reranker_model']} has no "
+                                  f"card ({card_path}); cannot prove it never saw this fold")
+        card = json.loads(card_path.read_text(encoding="utf-8"))
+        if card["settings"].get("exclude_shard") != shard:
+            raise ProvenanceError(
+                f"{run.path}: fold {shard} is scored by a reranker trained with exclude_shard="
+                f"{card['settings'].get('exclude_shard')!r}; it may have seen these questions")
+        if card["part"]["sha256"] != run.dataset_sha256:
+            raise ProvenanceError(f"{run.path}: its reranker was trained on another part "
+                                  f"({card['part']['sha256']})")
+        out["reranker_card"] = {"file": str(card_path), "sha256": sha256_file(card_path)}
+    return out
+
+
+def choose(candidates: list[tuple[str, list[Path]]], objective: list[str],
+           protocol: str) -> dict[str, Any]:
+    """The report of the module docstring."""
+    report: dict[str, Any] = {"kind": "engram-eval/rerank-choice", "protocol": protocol,
+                              "objective": {"metrics": objective,
+                                            "rule": "mean over pooled questions of the mean "
+                                                    "of these metrics; highest wins, ties to "
+                                                    "the first listed"},
+                              "candidates": []}
+    question_sets: dict[str, frozenset[str]] = {}
+    runs: list[FinishedRun] = []
+    dataset = None
+    for name, paths in candidates:
+        folds, rows, seen = [], [], set()
+        for p in paths:
+            run = read_run(p, within_selection=True)
+            runs.append(run)
+            dataset = dataset or run.dataset()
+            if run.dataset_sha256 != dataset["sha256"]:
+                raise ProvenanceError(f"{p}: made on other data than the first run")
+            folds.append(_fold_check(run))
+            ids = {r["question_id"] for r in run.rows}
+            if ids & seen:
+                raise ProvenanceError(f"{p}: its questions overlap another fold of {name}")
+            seen |= ids
+            rows.extend(run.rows)
+        question_sets[name] = frozenset(seen)
+        summ = summarize_rows(rows, [protocol])["protocols"][protocol]
+        means = summ["metrics"]
+        missing = [m for m in objective if m not in means]
+        if missing:
+            raise EngramEvalError(f"candidate {name}: metrics {missing} not in its rows")
+        score = sum(means[m] for m in objective) / len(objective)
+        report["candidates"].append({"name": name, "folds": folds, "n": summ["n"],
+                                     "objective": score,
+                                     "metrics": {m: means[m] for m in REPORTED if m in means},
+                                     "by_type": summ["by_type"]})
+    first = next(iter(question_sets.values()))
+    for name, ids in question_sets.items():
+        if ids != first:
+            raise ProvenanceError(f"candidate {name} covers other questions than "
+                                  f"{candidates[0][0]}; candidates must be compared on the same "
+                                  "questions")
+    best = max(report["candidates"], key=lambda c: c["objective"])  # first of equals
+    report["chosen"] = best["name"]
+    report["dataset"] = dataset
+    report["_runs"] = runs
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--candidate", nargs="+", action="append", required=True,
+                    metavar=("NAME", "RUN"), help="a name and its fold runs")
+    ap.add_argument("--objective", default="recall_any@1,recall_all@5,ndcg_any@5",
+                    help="comma-separated metrics averaged into the objective")
+    ap.add_argument("--protocol", default="answerable", help="denominator (protocol)")
+    ap.add_argument("--output", required=True, help="report JSON (never overwritten)")
+    a = ap.parse_args(argv)
+    out = Path(a.output)
+    if out.exists():
+        print(f"error: {out} exists; refusing to overwrite", file=sys.stderr)
+        return 2
+    cands = []
+    for c in a.candidate:
+        if len(c) < 2:
+            ap.error(f"--candidate {c[0]}: give at least one run")
+        cands.append((c[0], [Path(x) for x in c[1:]]))
+    try:
+        report = choose(cands, a.objective.split(","), a.protocol)
+    except (EngramEvalError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    runs = report.pop("_runs")
+    atomic_write(out, dump_json(report))
+    write_derived_sidecar(out, generators=[GENERATOR], dataset=report["dataset"], runs=runs)
+    for c in report["candidates"]:
+        ms = "  ".join(f"{k}={v:.4f}" for k, v in c["metrics"].items())
+        print(f"{c['name']:>10}  n={c['n']}  objective={c['objective']:.4f}  {ms}")
+    print(f"chosen: {report['chosen']} (protocol {a.protocol}, objective mean of "
+          f"{a.objective}); wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The rerank stage on real data (issue 16): train a cross-encoder on the tuning part only,
+# choose its blend out of fold, freeze, and run it once on the held-out part.
+#
+#   scripts/publish_rerank.sh DATA CACHE [OUT] [SCRATCH]
+#
+# DATA: ../shared/data/longmemeval/longmemeval_s_cleaned.dev.json.gz (the development split).
+# Run from the repository root of a clean checkout. Nothing in OUT is overwritten.
+#
+# 1. re-create the published split (results/longmemeval_s_dev_split/split_manifest.json) in
+#    SCRATCH; the parts' sha256 must equal the manifest's;
+# 2. candidates: the default first stage on the tune part (torch embeddings, as the published
+#    held-out runs, so the held-out comparison isolates the rerank);
+# 3. two fold rerankers, each trained (train-reranker) on the tune part with one half
+#    (run --shard I/2) left out;
+# 4. every candidate blend run on each half of the tune part with the reranker that never saw
+#    that half, plus the no-rerank first stage on the same halves; choose_rerank.py pools the
+#    halves and picks the blend (objective stated in its report);
+# 5. the final reranker trained on the whole tune part with the same training settings;
+# 6. the chosen configuration frozen, then run once on the held-out part; verify --rerun;
+# 7. paired comparisons on the held-out part against the published no-rerank default and
+#    BM25 only (results/longmemeval_s_dev_split).
+# Model weights are not published (SCRATCH); their cards are, with the sha256 of every file.
+set -euo pipefail
+DATA="$1"
+CACHE="$2"
+OUT="${3:-results/longmemeval_s_dev_rerank}"
+SCRATCH="${4:-$(mktemp -d /tmp/engram-rerank.XXXXXX)}"
+SPLIT=results/longmemeval_s_dev_split
+E="${ENGRAM_EVAL:-.venv/bin/engram-eval}"
+PY=.venv/bin/python
+FIRST=(--embedding-backend sentence_transformers)
+RR=(--rerank --rerank-unit turn --rerank-max-length 128 --rerank-candidates 35
+    --reranker-backend onnx)
+COMMON=(--cache-dir "$CACHE" --no-progress)
+declare -A BLEND=([none]="" [a0.0]="--fusion-alpha 0" [a0.3]="--fusion-alpha 0.3"
+                  [a0.5]="--fusion-alpha 0.5" [a0.7]="--fusion-alpha 0.7")
+NAMES=(none a0.0 a0.3 a0.5 a0.7)
+TRAIN=(--max-length 128 --epochs 1 --batch-size 16 --seed 0)
+
+for f in "$OUT"/rerank_choice.json "$OUT"/heldout_rerank.frozen.json \
+         "$OUT"/heldout_rerank.jsonl.gz; do
+  if [ -e "$f" ]; then echo "$f exists: move the old publication away first" >&2; exit 1; fi
+done
+mkdir -p "$OUT" "$SCRATCH"
+
+echo "== 1. split (re-created from the published manifest)"
+if [ ! -e "$SCRATCH/parts/split_manifest.json" ]; then
+  read -r SALT HOLD < <("$PY" -c "import json,sys; m=json.load(open(sys.argv[1])); \
+print(m['salt'], m['holdout'])" "$SPLIT/split_manifest.json")
+  "$E" split "$DATA" --holdout "$HOLD" --salt "$SALT" --output-dir "$SCRATCH/parts" > /dev/null
+fi
+cmp <("$PY" -c "import json,sys; print({k: v['sha256'] for k, v in json.load(open(sys.argv[1]))['parts'].items()})" "$SPLIT/split_manifest.json") \
+    <("$PY" -c "import json,sys; print({k: v['sha256'] for k, v in json.load(open(sys.argv[1]))['parts'].items()})" "$SCRATCH/parts/split_manifest.json")
+TUNE=$(ls "$SCRATCH"/parts/*.tune.json*  | grep -v '\.split\.json$')
+HELD=$(ls "$SCRATCH"/parts/*.heldout.json* | grep -v '\.split\.json$')
+
+echo "== 2. candidates on the tune part"
+CAND="$SCRATCH/tune_candidates.jsonl"
+[ -e "$CAND" ] || "$E" run "$TUNE" --output "$CAND" "${FIRST[@]}" "${COMMON[@]}" \
+  --trace-sessions 1 | tail -n 3
+
+echo "== 3. fold rerankers"
+for i in 0 1; do
+  [ -e "$SCRATCH/ce_fold$i" ] || "$E" train-reranker "$TUNE" --run "$CAND" \
+    --output "$SCRATCH/ce_fold$i" --exclude-shard "$i/2" "${TRAIN[@]}" | tail -n 2
+  cp "$SCRATCH/ce_fold$i.card.json" "$OUT/ce_fold$i.card.json"
+done
+
+echo "== 4. every blend on each half, scored by the reranker that never saw it"
+ARGS=()
+for n in "${NAMES[@]}"; do
+  ARGS+=(--candidate "$n")
+  for i in 0 1; do
+    f="$OUT/fold${i}_$n.jsonl"
+    if [ "$n" = none ]; then extra=(); else
+      # shellcheck disable=SC2206
+      extra=("${RR[@]}" --reranker-model "$SCRATCH/ce_fold$i" ${BLEND[$n]}); fi
+    if [ ! -e "$f.gz" ]; then
+      "$E" run "$TUNE" --shard "$i/2" --output "$f" "${FIRST[@]}" "${COMMON[@]}" \
+        --trace-sessions 5 "${extra[@]}" | tail -n 1
+      "$E" verify "$f" --dataset "$TUNE" --rerun 2 --rerun-seed 0 > /dev/null
+      "$E" compress "$f" > /dev/null
+    fi
+    ARGS+=("$f.gz")
+  done
+done
+"$PY" benchmarks/longmemeval/choose_rerank.py "${ARGS[@]}" --output "$OUT/rerank_choice.json"
+CHOSEN=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['chosen'])" \
+  "$OUT/rerank_choice.json")
+echo "chosen: $CHOSEN"
+
+echo "== 5. the final reranker, on the whole tune part"
+[ -e "$SCRATCH/ce_tune" ] || "$E" train-reranker "$TUNE" --run "$CAND" \
+  --output "$SCRATCH/ce_tune" "${TRAIN[@]}" | tail -n 2
+cp "$SCRATCH/ce_tune.card.json" "$OUT/ce_tune.card.json"
+
+echo "== 6. freeze, then one run on the held-out part"
+if [ "$CHOSEN" = none ]; then FINAL=(); else
+  # shellcheck disable=SC2206
+  FINAL=("${RR[@]}" --reranker-model "$SCRATCH/ce_tune" ${BLEND[$CHOSEN]}); fi
+"$E" run "$HELD" --validate-only --freeze-source "$OUT/heldout_rerank.frozen.json" \
+  "${FIRST[@]}" "${FINAL[@]}"
+"$E" run "$HELD" --frozen-source "$OUT/heldout_rerank.frozen.json" \
+  --output "$OUT/heldout_rerank.jsonl" "${FIRST[@]}" "${COMMON[@]}" "${FINAL[@]}" | tail -n 12
+"$E" verify "$OUT/heldout_rerank.jsonl" --dataset "$HELD" --rerun 3 --rerun-seed 0 | tail -n 2
+"$E" compress "$OUT/heldout_rerank.jsonl" > /dev/null
+
+echo "== 7. paired comparisons on the held-out part"
+for n in default bm25_only; do
+  "$E" compare "$SPLIT/heldout_$n.jsonl.gz" "$OUT/heldout_rerank.jsonl.gz" \
+    --output "$OUT/compare_rerank_vs_$n.json" --plot "$OUT/compare_rerank_vs_$n.png" \
+    | tail -n 25
+done
+"$PY" scripts/derived_sidecars.py "$OUT"   # the frozen manifest, the cards
+echo "done: $OUT (parts and model weights in $SCRATCH)"
