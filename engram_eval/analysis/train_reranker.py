@@ -244,7 +244,7 @@ def train(part: str | Path, run: str | Path, output: str | Path,
         fold = parse_shard(s.exclude_shard)
         assert fold is not None
         left_out = [q.question_id for q in questions if shard_of(q.question_id, fold[1]) == fold[0]]
-        questions = [q for q in questions if shard_of(q.question_id, fold[1]) != fold[0]]
+        questions = tuple(q for q in questions if shard_of(q.question_id, fold[1]) != fold[0])
     rankings = {r["question_id"]: r["ranked_session_ids"] for r in finished.rows}
     pairs, counts = build_pairs(questions, rankings, s)
     if not counts["positive"]:
