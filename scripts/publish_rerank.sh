@@ -101,7 +101,7 @@ if [ "$CHOSEN" = none ]; then FINAL=(); else
   FINAL=("${RR[@]}" --reranker-model "$SCRATCH/ce_tune" ${BLEND[$CHOSEN]}); fi
 "$E" run "$HELD" --validate-only --freeze-source "$OUT/heldout_rerank.frozen.json" \
   "${FIRST[@]}" "${FINAL[@]}"
-"$E" run "$HELD" --frozen-source "$OUT/heldout_rerank.frozen.json" \
+"$PY" benchmarks/longmemeval/run.py "$HELD" --frozen-source "$OUT/heldout_rerank.frozen.json" \
   --output "$OUT/heldout_rerank.jsonl" "${FIRST[@]}" "${COMMON[@]}" "${FINAL[@]}" | tail -n 12
 "$E" verify "$OUT/heldout_rerank.jsonl" --dataset "$HELD" --rerun 3 --rerun-seed 0 | tail -n 2
 "$E" compress "$OUT/heldout_rerank.jsonl" > /dev/null

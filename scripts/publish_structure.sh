@@ -9,7 +9,7 @@
 # checkout of the publishing commit.
 #
 # 1. parts: the LongMemEval split is re-created from its published manifest (same salt; the
-#    manifest must come out byte-identical); LoCoMo10 is split by conversation (30% held out);
+#    parts must come out byte-identical: same sha256); LoCoMo10 is split by conversation (30% held out);
 # 2. one tuning run over the LoCoMo tune conversations that computes and traces every signal
 #    (the LongMemEval tuning run is the published results/longmemeval_s_dev_split/tuning_run);
 # 3. `engram-eval tune` over both tuning runs at once: one choice per chat structure (user and
@@ -35,12 +35,16 @@ for f in "$OUT"/locomo_split_manifest.json "$OUT"/locomo_tuning_run.jsonl.gz "$O
   if [ -e "$f" ]; then echo "$f exists: move the old publication away first" >&2; exit 1; fi
 done
 mkdir -p "$OUT" "$SCRATCH/lme" "$SCRATCH/loc"
-COMMON=(--cache-dir "$CACHE" --no-progress)
+# torch embeddings, as every published LongMemEval and LoCoMo run (so the held-out comparisons
+# against them differ in the fusion settings only)
+FIRST=(--embedding-backend sentence_transformers)
+COMMON=(--cache-dir "$CACHE" --no-progress "${FIRST[@]}")
 
 echo "== 1. parts"
 [ -e "$SCRATCH/lme/split_manifest.json" ] || \
   "$E" split "$LME" --holdout 0.3 --salt "$SALT_LME" --output-dir "$SCRATCH/lme" > /dev/null
-cmp "$SCRATCH/lme/split_manifest.json" "$LME_SPLIT/split_manifest.json"
+part_hashes() { "$PY" -c "import json,sys; print({k: v['sha256'] for k, v in json.load(open(sys.argv[1]))['parts'].items()})" "$1"; }
+cmp <(part_hashes "$SCRATCH/lme/split_manifest.json") <(part_hashes "$LME_SPLIT/split_manifest.json")
 [ -e "$SCRATCH/loc/split_manifest.json" ] || \
   "$E" split "$LOCOMO" --holdout 0.3 --salt "$SALT_LOC" --output-dir "$SCRATCH/loc"
 LME_HELD=$(ls "$SCRATCH"/lme/*.heldout.json* | grep -v '\.split\.json$')
@@ -53,7 +57,7 @@ echo "== 2. LoCoMo tuning run (every candidate signal computed and traced)"
 "$E" run "$LOC_TUNE" --output "$OUT/locomo_tuning_run.jsonl" "${COMMON[@]}" \
   --use-dense --use-bm25-user --use-bm25-assistant --use-bm25-turn --use-bm25-prf \
   --use-dense-rocchio --no-rerank | tail -n 3
-"$E" verify "$OUT/locomo_tuning_run.jsonl" --dataset "$LOC_TUNE" > /dev/null
+"$E" verify "$OUT/locomo_tuning_run.jsonl" --dataset "$LOC_TUNE" --rerun 3 --rerun-seed 0 > /dev/null
 "$E" compress "$OUT/locomo_tuning_run.jsonl" > /dev/null
 
 echo "== 3. tune both tuning parts at once, per chat structure"
@@ -71,7 +75,8 @@ DATA[lme_tuned]="$LME_HELD";      CFG[lme_tuned]="--config $OUT/tuned_by_structu
 NAMES=(locomo_tuned locomo_default locomo_bm25_only lme_tuned)
 for n in "${NAMES[@]}"; do
   # shellcheck disable=SC2086
-  "$E" run "${DATA[$n]}" --validate-only --freeze-source "$OUT/heldout_$n.frozen.json" ${CFG[$n]}
+  "$E" run "${DATA[$n]}" --validate-only --freeze-source "$OUT/heldout_$n.frozen.json" \
+    "${FIRST[@]}" ${CFG[$n]}
 done
 
 echo "== 5. one run per configuration on its held-out part"
@@ -79,7 +84,7 @@ for n in "${NAMES[@]}"; do
   # shellcheck disable=SC2086
   "$E" run "${DATA[$n]}" --frozen-source "$OUT/heldout_$n.frozen.json" \
     --output "$OUT/heldout_$n.jsonl" "${COMMON[@]}" ${CFG[$n]} | tail -n 3
-  "$E" verify "$OUT/heldout_$n.jsonl" --dataset "${DATA[$n]}" > /dev/null
+  "$E" verify "$OUT/heldout_$n.jsonl" --dataset "${DATA[$n]}" --rerun 3 --rerun-seed 0 > /dev/null
   "$E" compress "$OUT/heldout_$n.jsonl" > /dev/null
 done
 

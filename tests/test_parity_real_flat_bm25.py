@@ -35,7 +35,10 @@ from real_data import data_dir
 pytestmark = pytest.mark.data
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / "results" / "longmemeval_s_dev" / "flat_bm25.jsonl"
+#: the published run, compressed by ``engram-eval compress`` (or not yet compressed)
+RUN = next((p for p in (ROOT / "results" / "longmemeval_s_dev" / f"flat_bm25.{ext}"
+                        for ext in ("jsonl.gz", "jsonl")) if p.is_file()),
+           ROOT / "results" / "longmemeval_s_dev" / "flat_bm25.jsonl.gz")
 DATASET = "longmemeval/longmemeval_s_cleaned.dev.json.gz"
 KS = (1, 3, 5, 10, 30, 50)
 TOL = 1e-9
@@ -134,12 +137,9 @@ def test_published_flat_bm25_matches_the_reference_pipeline(tmp_path: Path) -> N
 
     with gzip.open(path, "rt", encoding="utf-8") as f:
         entries = json.load(f)
-    rows = {}
-    with RUN.open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                row = json.loads(line)
-                rows[row["question_id"]] = row
+    from engram_eval.runs.rows import scan_rows
+
+    rows = {row["question_id"]: row for row in scan_rows(RUN).rows}
     _, questions = load_questions(path)
     by_id = {q.question_id: q for q in questions}
     meta = json.loads(Path(str(RUN) + ".metadata.json").read_text(encoding="utf-8"))
