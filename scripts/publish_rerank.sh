@@ -68,10 +68,29 @@ CAND="$SCRATCH/tune_candidates.jsonl"
   --trace-sessions 1 | tail -n 3
 
 echo "== 3. fold rerankers"
+# A card already published is never overwritten: the retrained model's file hashes are
+# compared with it instead (CPU training with fixed seeds repeats bit for bit on one machine
+# and library set; PROVENANCE.md says what was seen).
+publish_card() {
+  if [ -e "$OUT/$1.card.json" ]; then
+    "$PY" - "$OUT/$1.card.json" "$SCRATCH/$1.card.json" <<'EOF'
+import json, sys
+# README.md is sentence-transformers' generated model card: it states the training wall time
+# (and runs never hash it); every other file must match
+old, new = ({f: h for f, h in json.load(open(p))["output_files"].items() if f != "README.md"}
+            for p in sys.argv[1:])
+diff = sorted(f for f in set(old) | set(new) if old.get(f) != new.get(f))
+print(f"{sys.argv[1]}: retrained model " + ("reproduces every recorded file hash" if not diff
+      else f"differs from the recorded hashes in {diff}"))
+EOF
+  else
+    cp "$SCRATCH/$1.card.json" "$OUT/$1.card.json"
+  fi
+}
 for i in 0 1; do
   [ -e "$SCRATCH/ce_fold$i" ] || "$E" train-reranker "$TUNE" --run "$CAND" \
     --output "$SCRATCH/ce_fold$i" --exclude-shard "$i/2" "${TRAIN[@]}" | tail -n 2
-  cp "$SCRATCH/ce_fold$i.card.json" "$OUT/ce_fold$i.card.json"
+  publish_card "ce_fold$i"
 done
 
 echo "== 4. every blend on each half, scored by the reranker that never saw it"
@@ -100,7 +119,7 @@ echo "chosen: $CHOSEN"
 echo "== 5. the final reranker, on the whole tune part"
 [ -e "$SCRATCH/ce_tune" ] || "$E" train-reranker "$TUNE" --run "$CAND" \
   --output "$SCRATCH/ce_tune" "${TRAIN[@]}" | tail -n 2
-cp "$SCRATCH/ce_tune.card.json" "$OUT/ce_tune.card.json"
+publish_card ce_tune
 
 echo "== 6. freeze, then one run on the held-out part"
 if [ "$CHOSEN" = none ]; then FINAL=(); else

@@ -94,7 +94,9 @@ for n in bm25_only default; do
     --cluster id-prefix --output "$OUT/compare_locomo_tuned_vs_$n.json" \
     --plot "$OUT/compare_locomo_tuned_vs_$n.png" | tail -n 25
 done
-"$E" compare "$LME_SPLIT/heldout_default.jsonl.gz" "$OUT/heldout_lme_tuned.jsonl.gz" \
-  --output "$OUT/compare_lme_tuned_vs_default.json" | tail -n 25
+for n in default bm25_only; do
+  "$E" compare "$LME_SPLIT/heldout_$n.jsonl.gz" "$OUT/heldout_lme_tuned.jsonl.gz" \
+    --output "$OUT/compare_lme_tuned_vs_$n.json" | tail -n 25
+done
 "$PY" scripts/derived_sidecars.py "$OUT"   # tuned_by_structure.yaml, manifests
 echo "done: $OUT (parts in $SCRATCH)"

@@ -57,12 +57,13 @@ class TrainSettings:
 
     base_model: str = "all-MiniLM-L6-v2"  # bundled MiniLM (a bi-encoder: a new 1-logit head)
     max_length: int = 128          # tokens of (question, turn); turn-level rerank uses the same
-    hard_negatives: int = 3        # non-gold sessions of the run's ranking giving a turn each
+    # defaults: the settings of the reranker published in PROVENANCE.md section 6
+    hard_negatives: int = 5        # non-gold sessions of the run's ranking giving a turn each
     negative_depth: int = 20       # how deep in the run's ranking hard negatives are taken
-    random_negatives: int = 2      # random non-gold user turns per question
-    epochs: int = 1
+    random_negatives: int = 3      # random non-gold user turns per question
+    epochs: int = 3
     batch_size: int = 16
-    learning_rate: float = 2e-5
+    learning_rate: float = 4e-5
     warmup_ratio: float = 0.1
     max_steps: int = 0             # 0: the epochs decide
     time_budget_s: float = 0.0     # 0: none; else training stops after this many seconds

@@ -1,0 +1,122 @@
+#!/usr/bin/env python
+"""What the rerank stage costs: the same questions run cold (empty vector/score cache), each
+pass in a fresh subprocess, once without a rerank and once per cross-encoder backend.
+
+Passes: ``first-stage`` (the package default, ONNX fp32 embeddings, no rerank), then the same
+plus the rerank stage (``--rerank --reranker-model MODEL`` and the rerank options given) on
+``onnx`` fp32, ``onnx`` int8 and ``sentence_transformers`` (torch). ONNX exports are made
+beforehand, outside the measurement, in each pass's own cache directory. Reported per pass:
+s/question, wall, peak RSS and the model seconds per role (``embedding``, ``rerank``: the
+runner's own counters); per rerank pass: its rerank seconds per question and their ratio to
+the first stage's s/question (``rerank_over_first_stage``), and the paired metrics against the
+onnx fp32 rerank pass (``engram-eval compare``, answerable protocol). Not a test: it
+measures, never asserts; the output JSON starts with a provenance header.
+
+    python benchmarks/longmemeval/speed_rerank.py DATA --reranker-model MODEL --output OUT.json \\
+        [--limit 30] [--scratch DIR] [run options, e.g. --rerank-unit turn --fusion-alpha 0.8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import _scale_common as common
+
+from engram_eval.retrieval.cache import CACHE_FILE
+
+PASSES = {"rerank-onnx-fp32": ("onnx", "fp32"), "rerank-onnx-int8": ("onnx", "int8"),
+          "rerank-torch-fp32": ("sentence_transformers", "fp32")}
+HEADLINE = ("recall_any@1", "recall_any@5", "recall_all@5", "ndcg_any@5")
+
+
+def _prepare(cache: Path, embedding_model: str, reranker: tuple[str, str, str] | None
+             ) -> dict[str, Any]:
+    from engram_eval.retrieval.models import resolve_model
+    from engram_eval.retrieval.onnx_export import export_onnx, export_reranker_onnx
+
+    ref = export_onnx(resolve_model(embedding_model, "embedding"), "fp32", cache)
+    out = {"embedding": {"path": ref.path, "sha256": ref.sha256}}
+    if reranker and reranker[1] == "onnx":
+        rr = export_reranker_onnx(resolve_model(reranker[0], "reranker"), reranker[2], cache)
+        out["reranker"] = {"path": rr.path, "sha256": rr.sha256}
+    return out
+
+
+def _paired(base: Path, other: Path) -> dict[str, Any]:
+    from engram_eval.analysis.compare import compare_runs
+    from engram_eval.runs.reader import read_run
+
+    rep = compare_runs(read_run(base), read_run(other), protocol="answerable", n_boot=2000)
+    overall = rep["groups"]["overall"]
+    return {"protocol": "answerable", "n": overall["n"],
+            "metrics": {m: overall["metrics"][m] for m in HEADLINE if m in overall["metrics"]}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dataset")
+    ap.add_argument("--output", required=True, help="measurement JSON (must not exist)")
+    ap.add_argument("--reranker-model", required=True, help="cross-encoder directory")
+    ap.add_argument("--scratch", help="directory for scratch rows and caches")
+    ap.add_argument("--limit", type=int, help="first N questions only")
+    ap.add_argument("--passes", default=",".join(PASSES), help="rerank passes to make")
+    ap.add_argument("--embedding-model", default="all-MiniLM-L6-v2")
+    args, extra = ap.parse_known_args()
+    common.refuse_existing(args.output)
+    names = [p.strip() for p in args.passes.split(",") if p.strip()]
+    unknown = [p for p in names if p not in PASSES]
+    if unknown:
+        raise SystemExit(f"unknown pass(es) {unknown}; choose from {sorted(PASSES)}")
+    scratch = Path(args.scratch or tempfile.mkdtemp(prefix="engram-speed-rerank-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    run_opts = list(extra) + (["--limit", str(args.limit)] if args.limit else [])
+    run_opts += ["--embedding-model", args.embedding_model, "--embedding-backend", "onnx"]
+    header = common.provenance_header(__file__, {"dataset": args.dataset},
+                                      {"passes": ["first-stage", *names], "limit": args.limit,
+                                       "run_options": run_opts,
+                                       "reranker_model": args.reranker_model})
+    out: dict[str, Any] = {**header, "benchmark": "rerank stage cost, cold cache",
+                           "passes": {}}
+    plan: list[tuple[str, tuple[str, str, str] | None]] = [("first-stage", None)]
+    plan += [(n, (args.reranker_model, *PASSES[n])) for n in names]
+    first_spq = None
+    for name, rr in plan:
+        cache = scratch / f"cache-{name}"
+        if (cache / CACHE_FILE).exists():
+            raise SystemExit(f"{cache} holds vectors; a cold pass needs an empty cache")
+        exports = _prepare(cache, args.embedding_model, rr)
+        opts = list(run_opts)
+        if rr:
+            opts += ["--rerank", "--reranker-model", rr[0], "--reranker-backend", rr[1],
+                     "--reranker-precision", rr[2]]
+        res = common.one_pass(name, args.dataset, scratch, cache, opts)
+        entry: dict[str, Any] = {"exports": exports, "cold": res}
+        if rr is None:
+            first_spq = res["seconds_per_question"]
+        else:
+            rerank_s = res["model_stats"].get("rerank", {}).get("model_seconds", 0.0)
+            per_q = rerank_s / res["questions"]
+            entry["rerank_seconds_per_question"] = round(per_q, 3)
+            entry["rerank_over_first_stage"] = round(per_q / first_spq, 3) if first_spq else None
+            if name != "rerank-onnx-fp32" and "rerank-onnx-fp32" in out["passes"]:
+                entry["paired_vs_rerank_onnx_fp32"] = _paired(
+                    scratch / "rerank-onnx-fp32.jsonl", scratch / f"{name}.jsonl")
+        out["passes"][name] = entry
+        shown = {"seconds_per_question": res["seconds_per_question"],
+                 **{k: entry[k] for k in ("rerank_seconds_per_question",
+                                          "rerank_over_first_stage") if k in entry}}
+        print(json.dumps({name: shown}), flush=True)
+        common.write_json(str(args.output) + ".partial", out)
+    common.write_json(args.output, out)
+    Path(str(args.output) + ".partial").unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
