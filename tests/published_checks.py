@@ -121,7 +121,7 @@ def _external_input(path: Path, meta: dict, inp: dict) -> bool:
     byte for byte by ``engram-eval split``; the data tier re-creates and hash-checks them)."""
     if inp["sha256"] == (meta.get("dataset") or {}).get("sha256"):
         return True
-    if path.name == "split_manifest.json":
+    if path.name.endswith("split_manifest.json"):  # e.g. locomo_split_manifest.json
         parts = json.loads(path.read_text())["parts"].values()
         return inp["sha256"] in {part["sha256"] for part in parts}
     return False

@@ -64,7 +64,7 @@ def split_parts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from engram_eval.data.split import split_dataset
 
     parts: dict[str, Path] = {}
-    for manifest in sorted(RESULTS_DIR.rglob("split_manifest.json")):
+    for manifest in sorted(RESULTS_DIR.rglob("*split_manifest.json")):
         m = json.loads(manifest.read_text())
         hits = sorted(data_dir().rglob(m["source"]["name"])) if data_dir().is_dir() else []
         if not hits:
