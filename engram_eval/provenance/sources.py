@@ -147,6 +147,7 @@ FILE_GENERATORS: dict[str, str] = {
     "tuned.yaml.tuning.json": "engram_eval/analysis/tune.py",
     # results/longmemeval_s_dev_rerank (scripts/publish_rerank.sh)
     "rerank_choice.json": "benchmarks/longmemeval/choose_rerank.py",
+    "speed_rerank_tune30.json": "benchmarks/longmemeval/speed_rerank.py",
     # results/structure (scripts/publish_structure.sh)
     "tuned_by_structure.yaml": "engram_eval/analysis/tune_parts.py",
     "tuned_by_structure.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
