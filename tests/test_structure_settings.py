@@ -15,7 +15,7 @@ from engram_eval.cli import main as cli
 from engram_eval.errors import ConfigError
 from engram_eval.provenance.sidecar import sidecar_path
 from engram_eval.retrieval import fusion as F
-from engram_eval.retrieval.settings import RetrievalSettings
+from engram_eval.retrieval.settings import PEOPLE_DEFAULTS, RetrievalSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 OVERRIDES = {"weight_bm25_user": 1.0, "weight_bm25_turn": 0.6}
@@ -45,9 +45,18 @@ def test_a_haystack_without_assistant_role_takes_the_people_settings(tmp_path: P
         q = row["trace"]["question"]
         assert q["structure"] == {"kind": "chat", "overrides": {}}
         assert q["fusion"]["weights"]["bm25_user"] == RetrievalSettings().weight_bm25_user
-    # without overrides nothing changes and nothing is traced
-    plain = _run("locomo_tiny.json", tmp_path, "plain")
+    # the package default: the people settings of PROVENANCE.md section 7, traced
+    default = _run("locomo_tiny.json", tmp_path, "default")
+    q = default[0]["trace"]["question"]
+    assert q["structure"] == {"kind": "people", "overrides": PEOPLE_DEFAULTS}
+    assert q["fusion"]["normalisation"] == "zscore"
+    assert q["fusion"]["weights"]["bm25_user"] == 1.0
+    # with the overrides switched off nothing changes and nothing is traced
+    off = tmp_path / "off.yaml"
+    off.write_text(yaml.safe_dump({"people_overrides": {}}))
+    plain = _run("locomo_tiny.json", tmp_path, "plain", off)
     assert "structure" not in plain[0]["trace"]["question"]
+    assert plain[0]["trace"]["question"]["fusion"]["normalisation"] == "minmax"
 
 
 def test_people_overrides_are_validated_by_the_settings() -> None:

@@ -477,3 +477,22 @@ def test_an_overwritten_score_is_caught(tmp_path: Path) -> None:
                        r"checksum.*--no-use-cache"):
         cache.get_scores(["a", "b"])
     cache.close()
+
+
+def test_rerun_rebuilds_a_run_that_predates_a_field_with_its_legacy_value(
+        bm25_run: Path) -> None:
+    """A sidecar recorded before ``people_overrides`` existed is re-executed with no
+    overrides (the behaviour it was made with), not with today's people defaults."""
+    from engram_eval.retrieval.settings import LEGACY_VALUES, PEOPLE_DEFAULTS, RetrievalSettings
+
+    assert RetrievalSettings().people_overrides == PEOPLE_DEFAULTS != {}
+    meta = json.loads(sidecar_path(bm25_run).read_text())
+    described = json.loads(json.dumps(meta["retriever"]))
+    for group in described.values():  # an old sidecar describes no such field either
+        if isinstance(group, dict):
+            for k in LEGACY_VALUES:
+                group.pop(k, None)
+    old = dict(meta, retriever=described,
+               config={k: v for k, v in meta["config"].items() if k not in LEGACY_VALUES})
+    assert V.rerun_retriever(old).settings.people_overrides == {}
+    assert V.rerun_retriever(meta).settings.people_overrides == meta["config"]["people_overrides"]

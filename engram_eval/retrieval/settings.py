@@ -41,6 +41,18 @@ SIGNALS: tuple[tuple[str, str, str], ...] = (
 #: Groups whose fields may differ by chat structure (``people_overrides``).
 STRUCTURE_GROUPS = ("fusion", "temporal")
 
+#: The default ``people_overrides``: chosen by ``engram-eval tune`` on the LoCoMo10 tune
+#: conversations beside the LongMemEval tune part and run once on the held-out conversations
+#: (PROVENANCE.md section 7, results/structure/tuned_by_structure.yaml).
+PEOPLE_DEFAULTS: dict[str, Any] = {"normalisation": "zscore", "temporal": False,
+                                   "weight_bm25_user": 1.0}
+
+#: Fields added after runs were published, with the value that reproduces a run recorded
+#: before the field existed (its sidecar lacks the key). ``verify --rerun`` rebuilds such a
+#: run with these, never with a later default.
+LEGACY_VALUES: dict[str, Any] = {"people_overrides": {}, "rerank_unit": "passage",
+                                 "reranker_precision": "fp32"}
+
 #: CLI/argument-group order (stages of the pipeline).
 GROUPS = ("selection", "dense", "lexical", "fusion", "temporal", "rerank", "coverage",
           "runtime")
@@ -180,7 +192,7 @@ class RetrievalSettings:
                                 group="fusion", lo=0.0, hi=10.0)
     weight_dense_rocchio: float = _f(0.0, "fusion weight of the Rocchio dense signal",
                                      group="fusion", lo=0.0, hi=10.0)
-    people_overrides: dict = _f({}, "fusion and temporal settings that replace the ones above "
+    people_overrides: dict = _f(dict(PEOPLE_DEFAULTS), "fusion and temporal settings that replace the ones above "
                                 "for a haystack WITHOUT chat roles (people talking to each "
                                 "other, e.g. LoCoMo; decided per haystack by "
                                 "engram_eval.data.records.has_chat_roles): a mapping field -> "
