@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import _scale_common as common
+from speed_variants import _paired  # the paired metrics of a variant against its baseline
 
 from engram_eval.retrieval.cache import CACHE_FILE
 
 PASSES = {"rerank-onnx-fp32": ("onnx", "fp32"), "rerank-onnx-int8": ("onnx", "int8"),
           "rerank-torch-fp32": ("sentence_transformers", "fp32")}
-HEADLINE = ("recall_any@1", "recall_any@5", "recall_all@5", "ndcg_any@5")
 
 
 def _prepare(cache: Path, embedding_model: str, reranker: tuple[str, str, str] | None
@@ -45,16 +45,6 @@ def _prepare(cache: Path, embedding_model: str, reranker: tuple[str, str, str] |
         rr = export_reranker_onnx(resolve_model(reranker[0], "reranker"), reranker[2], cache)
         out["reranker"] = {"path": rr.path, "sha256": rr.sha256}
     return out
-
-
-def _paired(base: Path, other: Path) -> dict[str, Any]:
-    from engram_eval.analysis.compare import compare_runs
-    from engram_eval.runs.reader import read_run
-
-    rep = compare_runs(read_run(base), read_run(other), protocol="answerable", n_boot=2000)
-    overall = rep["groups"]["overall"]
-    return {"protocol": "answerable", "n": overall["n"],
-            "metrics": {m: overall["metrics"][m] for m in HEADLINE if m in overall["metrics"]}}
 
 
 def main() -> int:
