@@ -16,7 +16,7 @@ spent inside the model so benchmarks can report inference vs everything else.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
 from typing import Any, Protocol
 
@@ -199,25 +199,34 @@ class OnnxEmbedder(_LocalEmbedder):
             return np.zeros((0, dim), dtype=np.float32)
         names = {i.name for i in session.get_inputs()}
         enc = self._tok.encode_batch([str(t).strip() for t in texts])
-        # Longest first (as sentence-transformers does), so each batch pads little.
-        order = sorted(range(len(enc)), key=lambda i: -len(enc[i].ids))
         out = np.zeros((len(enc), dim), dtype=np.float32)
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
-            width = max(len(enc[i].ids) for i in idx)
-            ids = np.zeros((len(idx), width), dtype=np.int64)
-            mask = np.zeros((len(idx), width), dtype=np.int64)
-            types = np.zeros((len(idx), width), dtype=np.int64)
-            for r, i in enumerate(idx):
-                n = len(enc[i].ids)
-                ids[r, :n] = enc[i].ids
-                mask[r, :n] = 1
-                types[r, :n] = enc[i].type_ids
-            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-            hidden = session.run(["last_hidden_state"],
-                                 {k: v for k, v in feeds.items() if k in names})[0]
+        for idx, feeds, mask in padded_batches(enc, self.batch_size, names):
+            hidden = session.run(["last_hidden_state"], feeds)[0]
             out[idx] = _pool(hidden, mask, self._info["pooling"])
         return _normalise(out)
+
+
+def padded_batches(enc: Sequence[Any], batch_size: int, names: set[str]
+                   ) -> Iterator[tuple[list[int], dict[str, np.ndarray], np.ndarray]]:
+    """ONNX Runtime feeds for tokenizer encodings ``enc``, ``batch_size`` at a time, longest
+    first (as sentence-transformers does, so each batch pads little): ``(rows of enc, feeds,
+    attention mask)``, the feeds (``input_ids``, ``attention_mask``, ``token_type_ids``) kept
+    only where the graph has that input (``names``). Shared by the ONNX embedder and
+    cross-encoder."""
+    order = sorted(range(len(enc)), key=lambda i: -len(enc[i].ids))
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        width = max(len(enc[i].ids) for i in idx)
+        ids = np.zeros((len(idx), width), dtype=np.int64)
+        mask = np.zeros((len(idx), width), dtype=np.int64)
+        types = np.zeros((len(idx), width), dtype=np.int64)
+        for r, i in enumerate(idx):
+            n = len(enc[i].ids)
+            ids[r, :n] = enc[i].ids
+            mask[r, :n] = 1
+            types[r, :n] = enc[i].type_ids
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        yield idx, {k: v for k, v in feeds.items() if k in names}, mask
 
 
 def _pool(hidden: np.ndarray, mask: np.ndarray, method: str) -> np.ndarray:

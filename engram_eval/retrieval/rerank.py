@@ -145,24 +145,13 @@ class OnnxCrossEncoder(_LocalCrossEncoder):
             return []
         import numpy as np
 
+        from engram_eval.retrieval.embeddings import padded_batches
+
         session = self.load()
         enc = self._tok.encode_batch([(str(q), str(d)) for q, d in pairs])
-        order = sorted(range(len(enc)), key=lambda i: -len(enc[i].ids))
         out = np.zeros(len(enc), dtype=np.float64)
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
-            width = max(len(enc[i].ids) for i in idx)
-            ids = np.zeros((len(idx), width), dtype=np.int64)
-            mask = np.zeros((len(idx), width), dtype=np.int64)
-            types = np.zeros((len(idx), width), dtype=np.int64)
-            for r, i in enumerate(idx):
-                n = len(enc[i].ids)
-                ids[r, :n] = enc[i].ids
-                mask[r, :n] = 1
-                types[r, :n] = enc[i].type_ids
-            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-            logits = session.run(["logits"],
-                                 {k: v for k, v in feeds.items() if k in self._inputs})[0]
+        for idx, feeds, _ in padded_batches(enc, self.batch_size, self._inputs):
+            logits = session.run(["logits"], feeds)[0]
             out[idx] = np.asarray(logits, dtype=np.float64).reshape(len(idx), -1)[:, 0]
         return [float(x) for x in out]
 
