@@ -508,21 +508,29 @@ def load_part(run_path: str | Path, protocol: str) -> TunedPart:
                      roles.pop() if roles else True)
 
 
-def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
-         objective: Sequence[str] = DEFAULT_OBJECTIVE, protocol: str = DEFAULT_PROTOCOL,
-         folds: int = 5, seed: int = 0) -> TuneResult:
-    """See the module docstring."""
-    t0 = time.perf_counter()
+def output_paths(output: str | Path, folds: int) -> tuple[Path, Path]:
+    """The config YAML and its ``.tuning.json`` report, both refused when they exist (tune never
+    overwrites), after checking ``folds`` (at least 2); shared by :func:`tune` and
+    :func:`engram_eval.analysis.tune_parts.tune_parts`."""
     out = Path(output)
     report_path = Path(str(out) + ".tuning.json")
     for p in (out, report_path):
         if p.exists():
             raise FileExistsError(f"{p}: exists; tune never overwrites")
+    if folds < 2:
+        raise ConfigError("tune: --folds must be at least 2")
+    return out, report_path
+
+
+def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
+         objective: Sequence[str] = DEFAULT_OBJECTIVE, protocol: str = DEFAULT_PROTOCOL,
+         folds: int = 5, seed: int = 0) -> TuneResult:
+    """See the module docstring."""
+    t0 = time.perf_counter()
+    out, report_path = output_paths(output, folds)
     if protocol == "official":
         raise ConfigError("tune: protocol 'official' counts repeated haystack entries, which "
                           "rows do not carry; use answerable, all or official_nonempty_gold")
-    if folds < 2:
-        raise ConfigError("tune: --folds must be at least 2")
     objective = [m.strip() for m in objective if m.strip()]
     if not objective:
         raise ConfigError("tune: empty objective")

@@ -141,15 +141,9 @@ def tune_parts(runs: Sequence[str | Path], grid_path: str | Path, output: str | 
     LongMemEval run, ``locomo_no_adversarial`` for a LoCoMo run when it was scored so, else
     ``locomo``)."""
     t0 = time.perf_counter()
-    out = Path(output)
-    report_path = Path(str(out) + ".tuning.json")
-    for p in (out, report_path):
-        if p.exists():
-            raise FileExistsError(f"{p}: exists; tune never overwrites")
+    out, report_path = T.output_paths(output, folds)
     if rule not in COMBINE:
         raise ConfigError(f"tune: --combine must be one of {COMBINE}")
-    if folds < 2:
-        raise ConfigError("tune: --folds must be at least 2")
     if protocols is not None and len(protocols) not in (1, len(runs)):
         raise ConfigError("tune: give one --protocol, or one per run")
     objective = [m.strip() for m in objective if m.strip()]
