@@ -10,13 +10,13 @@ Tolerances: an fp32 export computes the same function as torch, so raw logits ag
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_models import offline_env
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -138,16 +138,6 @@ def test_settings_and_retriever_wiring(tiny_cross_encoder: str, cache_root: Path
     assert [m.role for m in plain.models()] == ["reranker"]
 
 
-def _offline_env(tmp: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("HF_HUB_CACHE", None)
-    env.pop("TRANSFORMERS_CACHE", None)
-    hf_home = tmp / "hf-home"
-    hf_home.mkdir(exist_ok=True)
-    env.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    return env
-
-
 def test_cli_run_with_onnx_reranker(tiny_cross_encoder: str, tiny_embedding_model: str,
                                     tmp_path: Path) -> None:
     out = tmp_path / "o.jsonl"
@@ -155,7 +145,7 @@ def test_cli_run_with_onnx_reranker(tiny_cross_encoder: str, tiny_embedding_mode
            "--reranker-backend", "onnx", "--reranker-model", tiny_cross_encoder,
            "--embedding-model", tiny_embedding_model, "--rerank-max-length", "128",
            "--cache-dir", str(tmp_path / "cache"), "--output", str(out)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=_offline_env(tmp_path), capture_output=True,
+    proc = subprocess.run(cmd, cwd=ROOT, env=offline_env(tmp_path), capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]

@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tiny_models import offline_env
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "longmemeval" / "run.py"
 DATASET = ROOT / "fixtures" / "longmemeval_tiny.json"
-
-
-def offline_env(tmp: Path) -> dict[str, str]:
-    """The current environment with an empty Hugging Face home and no network access."""
-    env = dict(os.environ)
-    env.pop("HF_HUB_CACHE", None)
-    env.pop("TRANSFORMERS_CACHE", None)
-    hf_home = tmp / "hf-home"
-    hf_home.mkdir(exist_ok=True)
-    env.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    return env
 
 
 @pytest.fixture(scope="module")

@@ -111,3 +111,17 @@ def build_cross_encoder(directory: str | Path, seed: int = 1) -> Path:
     BertForSequenceClassification(config).save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def offline_env(tmp: Path) -> dict[str, str]:
+    """The current environment with an empty Hugging Face home and no network access (for a
+    subprocess that must find every model locally)."""
+    import os
+
+    env = dict(os.environ)
+    env.pop("HF_HUB_CACHE", None)
+    env.pop("TRANSFORMERS_CACHE", None)
+    hf_home = tmp / "hf-home"
+    hf_home.mkdir(exist_ok=True)
+    env.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    return env
