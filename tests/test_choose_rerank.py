@@ -105,3 +105,55 @@ def test_folds_must_be_disjoint_and_candidates_cover_the_same_questions(
         mod.choose([("dup", [none[0], none[0]])], ["recall_any@1"], "answerable")
     with pytest.raises(ProvenanceError, match="other questions"):
         mod.choose([("all", none), ("half", none[:1])], ["recall_any@1"], "answerable")
+
+
+LOCOMO = ROOT / "fixtures" / "locomo_tiny.json"
+
+
+def test_a_reranker_trained_on_other_data_may_score_a_whole_part(
+        folds: dict[str, Any], tiny_embedding_model: str) -> None:
+    """Trained on the LoCoMo fixture only: its card lists the questions it trained on, none of
+    which is in the LongMemEval fixture, so it may score that part whole (no fold)."""
+    mod = _script()
+    d = folds["dir"]
+    loc_run = d / "loc.jsonl"
+    assert cli.main(["run", str(LOCOMO), "--retriever", "bm25", "--output", str(loc_run)]) == 0
+    other = d / "ce_other"
+    card = train(LOCOMO, loc_run, other, TrainSettings(base_model=tiny_embedding_model,
+                                                       max_steps=1, batch_size=8))
+    assert card["parts"][0]["trained_question_ids"]
+    rr = ["--rerank", "--reranker-model", str(other), "--rerank-unit", "turn",
+          "--rerank-max-length", "64", "--fusion-alpha", "0.5"]
+    whole = d / "whole_other.jsonl"
+    assert cli.main(["run", str(TINY), "--output", str(whole), *folds["common"], *rr]) == 0
+    plain = d / "whole_none.jsonl"
+    assert cli.main(["run", str(TINY), "--output", str(plain), *folds["common"]]) == 0
+    report = mod.choose([("none", [plain]), ("other", [whole])], ["recall_any@1"],
+                        "answerable")
+    f = report["candidates"][1]["folds"][0]
+    assert f["shard"] == "" and f["unseen_by"].startswith("other parts only")
+    # a whole-part run scored by a model trained on that part is refused
+    same = d / "whole_same.jsonl"
+    assert cli.main(["run", str(TINY), "--output", str(same), *folds["common"], "--rerank",
+                     "--reranker-model", str(folds["models"][0]), "--rerank-unit", "turn",
+                     "--rerank-max-length", "64"]) == 0
+    with pytest.raises(ProvenanceError, match="not a fold run"):
+        mod.choose([("same", [same])], ["recall_any@1"], "answerable")
+    # a card that cannot list its questions proves nothing; one that lists a run's question
+    # is refused by name
+    card_path = Path(str(other) + ".card.json")
+    saved = card_path.read_text()
+    try:
+        bad = json.loads(saved)
+        for p in bad["parts"]:
+            del p["trained_question_ids"]
+        card_path.write_text(json.dumps(bad))
+        with pytest.raises(ProvenanceError, match="does not list the questions"):
+            mod.choose([("other", [whole])], ["recall_any@1"], "answerable")
+        first = read_run(whole).rows[0]["question_id"]
+        bad["parts"][0]["trained_question_ids"] = [first]
+        card_path.write_text(json.dumps(bad))
+        with pytest.raises(ProvenanceError, match=f"first {first!r}"):
+            mod.choose([("other", [whole])], ["recall_any@1"], "answerable")
+    finally:
+        card_path.write_text(saved)

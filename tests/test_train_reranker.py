@@ -18,10 +18,11 @@ from engram_eval.analysis.train_reranker import (
 )
 from engram_eval.cli import main as cli
 from engram_eval.data.records import Question, Session, Turn
-from engram_eval.errors import ProvenanceError
+from engram_eval.errors import ConfigError, ProvenanceError
 from engram_eval.io import sha256_file
 from engram_eval.retrieval import pipeline as P
 from engram_eval.retrieval.settings import RetrievalSettings
+from engram_eval.runs.reader import read_run
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "fixtures" / "longmemeval_tiny.json"
@@ -187,3 +188,56 @@ def test_exclude_shard_leaves_out_the_fold_a_run_shard_selects(bm25_run: Path,
     assert card["pairs"]["questions_used"] == full_counts["questions_used"]
     with pytest.raises(ConfigError, match="exclude_shard"):
         TrainSettings(exclude_shard="2/2")
+
+
+LOCOMO = Path(__file__).resolve().parents[1] / "fixtures" / "locomo_tiny.json"
+
+
+def test_two_parts_train_one_model_and_the_card_lists_both(bm25_run: Path,
+                                                            tiny_embedding_model: str,
+                                                            tmp_path: Path) -> None:
+    from engram_eval.analysis.train_reranker import pairs_sha256
+    from engram_eval.data.datasets import load_questions
+
+    loc_run = tmp_path / "loc.jsonl"
+    assert cli.main(["run", str(LOCOMO), "--retriever", "bm25", "--output", str(loc_run)]) == 0
+    s = TrainSettings(base_model=tiny_embedding_model, max_steps=1, batch_size=8)
+    card = train(TINY, bm25_run, tmp_path / "both", s, also=[(LOCOMO, loc_run)])
+    assert [p["sha256"] for p in card["parts"]] == [sha256_file(TINY), sha256_file(LOCOMO)]
+    assert card["part"]["sha256"] == sha256_file(TINY)  # the first part, as for one part
+    expected, per_part = [], []
+    for data, run in ((TINY, bm25_run), (LOCOMO, loc_run)):
+        _, qs = load_questions(data)
+        rows = {r["question_id"]: r["ranked_session_ids"] for r in read_run(run).rows}
+        got, counts = build_pairs(qs, rows, s)
+        expected += got
+        per_part.append((got, counts))
+    assert card["pairs_sha256"] == pairs_sha256(expected)  # concatenated in the given order
+    assert card["pairs"]["pairs"] == len(expected)
+    for entry, (got, counts) in zip(card["parts"], per_part, strict=True):
+        assert entry["pairs"]["pairs"] == counts["pairs"]
+        assert entry["trained_question_ids"] == sorted({p.question_id for p in got})
+    with pytest.raises(ConfigError, match="same part is given twice"):
+        train(TINY, bm25_run, tmp_path / "twice", s, also=[(TINY, bm25_run)])
+
+
+def test_max_questions_caps_each_part_by_a_fixed_order(bm25_run: Path,
+                                                        tiny_embedding_model: str,
+                                                        tmp_path: Path) -> None:
+    import hashlib
+
+    from engram_eval.data.datasets import load_questions
+
+    _, qs = load_questions(TINY)
+    cap = max(1, len(qs) // 2)
+    s = TrainSettings(base_model=tiny_embedding_model, max_steps=1, batch_size=8,
+                      max_questions=cap, seed=3)
+    card = train(TINY, bm25_run, tmp_path / "capped", s)
+    entry = card["parts"][0]
+    assert entry["questions_available"] == len(qs) and entry["questions_considered"] == cap
+    order = sorted(qs, key=lambda q: (hashlib.sha256(f"3:{q.question_id}".encode()).hexdigest(),
+                                      q.question_id))
+    kept = {q.question_id for q in order[:cap]}
+    assert set(entry["trained_question_ids"]) <= kept
+    with pytest.raises(ConfigError, match="max_questions"):
+        TrainSettings(max_questions=-1)

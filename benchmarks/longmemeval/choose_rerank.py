@@ -12,7 +12,9 @@ time, and pick the candidate with the best stated objective.
 Each candidate is the same settings run once per fold (``run --shard I/K``); a reranked fold
 run must use a reranker whose card (``MODEL.card.json``, written by ``train-reranker``) says it
 was trained on the same part with exactly that shard left out (``--exclude-shard I/K``), so
-every question is scored by a model that never saw it. The folds of one candidate must be
+every question is scored by a model that never saw it. A reranker trained on other parts only
+(say, another dataset's tune part) may score a whole part or any shard of it, when its card's
+``trained_question_ids`` share no id with the run. The folds of one candidate must be
 disjoint, and every candidate must cover the same questions. A candidate's score is the mean
 over its pooled questions of the mean of the objective's metrics (per-question metrics from
 the rows, averaged by ``engram_eval.scoring.summary.summarize_rows``, the runner's own
@@ -44,13 +46,13 @@ REPORTED = ("recall_any@1", "recall_any@5", "recall_all@5", "ndcg_any@5", "recal
 
 
 def _fold_check(run: FinishedRun) -> dict[str, Any]:
-    """The fold of ``run`` (its shard) and, for a reranked run, proof that its reranker left
-    exactly that fold out of training on the same data."""
+    """The fold of ``run`` (its shard, '' for a whole part) and, for a reranked run, proof
+    that its reranker never trained on the run's questions: either it was trained on the same
+    part with exactly that shard left out, or on other parts only and its card's
+    ``trained_question_ids`` share no id with the run."""
     cfg = run.metadata["config"]
     sh = run.metadata["selection"].get("shard")
     shard = f"{sh['index']}/{sh['count']}" if sh else ""
-    if not shard:
-        raise ProvenanceError(f"{run.path}: not a fold run (no --shard in its config)")
     out: dict[str, Any] = {"file": str(run.path), "shard": shard, "n": len(run.rows),
                            "fingerprint": run.fingerprint, "rerank": bool(cfg.get("rerank"))}
     if cfg.get("rerank"):
@@ -59,13 +61,28 @@ def _fold_check(run: FinishedRun) -> dict[str, Any]:
             raise ProvenanceError(f"{run.path}: its reranker {cfg['reranker_model']} has no "
                                   f"card ({card_path}); cannot prove it never saw this fold")
         card = json.loads(card_path.read_text(encoding="utf-8"))
-        if card["settings"].get("exclude_shard") != shard:
-            raise ProvenanceError(
-                f"{run.path}: fold {shard} is scored by a reranker trained with exclude_shard="
-                f"{card['settings'].get('exclude_shard')!r}; it may have seen these questions")
-        if card["part"]["sha256"] != run.dataset_sha256:
-            raise ProvenanceError(f"{run.path}: its reranker was trained on another part "
-                                  f"({card['part']['sha256']})")
+        parts = card.get("parts") or [card["part"]]
+        if any(p["sha256"] == run.dataset_sha256 for p in parts):
+            if not shard:
+                raise ProvenanceError(f"{run.path}: not a fold run (no --shard in its config) "
+                                      "but its reranker was trained on this part")
+            if card["settings"].get("exclude_shard") != shard:
+                raise ProvenanceError(
+                    f"{run.path}: fold {shard} is scored by a reranker trained with "
+                    f"exclude_shard={card['settings'].get('exclude_shard')!r}; it may have seen "
+                    "these questions")
+            out["unseen_by"] = "the same part with this fold left out"
+        else:
+            if any("trained_question_ids" not in p for p in parts):
+                raise ProvenanceError(f"{run.path}: its reranker was trained on another part "
+                                      f"and its card ({card_path}) does not list the questions "
+                                      "it trained on; cannot prove it never saw these")
+            trained = {q for p in parts for q in p["trained_question_ids"]}
+            seen = sorted(trained & {r["question_id"] for r in run.rows})
+            if seen:
+                raise ProvenanceError(f"{run.path}: its reranker trained on {len(seen)} of its "
+                                      f"questions (first {seen[0]!r})")
+            out["unseen_by"] = "other parts only (no trained question id in this run)"
         out["reranker_card"] = {"file": str(card_path), "sha256": sha256_file(card_path)}
     return out
 

@@ -23,8 +23,16 @@ Refusals: a part marked held-out (its ``.split.json`` marker, or its content mat
 held-out part the package can see), a run made on other data (the run's dataset sha256 must
 be the part's), an existing output, a part without any positive.
 
+Several parts (``--also PART RUN``, e.g. the tune parts of two datasets) train one model: each
+part is checked and paired with its own run as above, the pairs are concatenated in the order
+the parts are given, and ``max_questions`` (when set) caps each part at that many questions,
+taken in a fixed order (sha256 of seed and question id), so that a large part does not drown a
+small one.
+
 The card records the part (path, sha256, split-manifest sha256 and part name from its
-marker), the run (path, fingerprint, rows sha256), the base model (name, path, files sha256),
+marker) and the run (path, fingerprint, rows sha256) of the first part under ``part`` and
+``run``, and every part under ``parts`` (each with its run, pair counts and the ids of the
+questions that gave pairs, so a later check can prove a question was never trained on), the base model (name, path, files sha256),
 every setting, the pair counts (and per-question skips), the sha256 of the pair list, the loss
 curve, the wall time and steps, package versions, and the sha256 of every output file. CPU
 training with fixed seeds repeats on the same machine and library versions; across machines
@@ -71,6 +79,9 @@ class TrainSettings:
     #: "I/N": leave out the questions ``run --shard I/N`` selects (k-fold: the reranker of
     #: fold I never sees the questions its fold is then scored on); "" trains on the whole part
     exclude_shard: str = ""
+    #: at most this many questions of each part give pairs (0: all), chosen by the order of
+    #: sha256("seed:question_id") (deterministic, independent of file order)
+    max_questions: int = 0
 
     def __post_init__(self) -> None:
         if self.exclude_shard:
@@ -88,7 +99,8 @@ class TrainSettings:
                   ("epochs", 1 <= self.epochs <= 1000), ("batch_size", 1 <= self.batch_size),
                   ("learning_rate", 0 < self.learning_rate < 1),
                   ("warmup_ratio", 0 <= self.warmup_ratio < 1),
-                  ("max_steps", self.max_steps >= 0), ("time_budget_s", self.time_budget_s >= 0)]
+                  ("max_steps", self.max_steps >= 0), ("time_budget_s", self.time_budget_s >= 0),
+                  ("max_questions", self.max_questions >= 0)]
         for name, ok in checks:
             if not ok:
                 raise ConfigError(f"train-reranker: {name}={getattr(self, name)!r} is out of "
@@ -217,26 +229,28 @@ def _package_versions() -> dict[str, str | None]:
     return out
 
 
-def train(part: str | Path, run: str | Path, output: str | Path,
-          settings: TrainSettings | None = None, *, log: Any = None) -> dict[str, Any]:
-    """See the module docstring. Returns the card."""
+def _capped(questions: Sequence[Question], s: TrainSettings) -> tuple[Question, ...]:
+    """The first ``max_questions`` of ``questions`` by sha256(seed:id), in file order."""
+    if not s.max_questions or len(questions) <= s.max_questions:
+        return tuple(questions)
+    key = {q.question_id: hashlib.sha256(f"{s.seed}:{q.question_id}".encode()).hexdigest()
+           for q in questions}
+    keep = set(sorted(key, key=lambda qid: (key[qid], qid))[: s.max_questions])
+    return tuple(q for q in questions if q.question_id in keep)
+
+
+def _part_pairs(part_p: Path, run: str | Path, s: TrainSettings
+                ) -> tuple[list[Pair], dict[str, Any], dict[str, Any], list[str]]:
+    """One part's checks and pairs: (pairs, counts, card entry, left-out ids)."""
     from engram_eval.data.datasets import load_questions
-    from engram_eval.retrieval.models import resolve_model
     from engram_eval.runs.reader import read_run
 
-    s = settings or TrainSettings()
-    part_p, out = Path(part), Path(output)
-    card_path = Path(str(out) + ".card.json")
-    for p in (out, card_path):
-        if p.exists():
-            raise ProvenanceError(f"{p}: exists; train-reranker never overwrites")
     marker = refuse_heldout(part_p)
     part_sha = sha256_file(part_p)
     finished = read_run(run, require_sidecar=True)
     if finished.dataset_sha256 != part_sha:
         raise ProvenanceError(f"{run}: was made on data with sha256 {finished.dataset_sha256}, "
                               f"not on {part_p} ({part_sha}); train on the run of this part")
-    base = resolve_model(s.base_model, "embedding")
     _, questions = load_questions(part_p)
     left_out: list[str] = []
     if s.exclude_shard:
@@ -246,25 +260,69 @@ def train(part: str | Path, run: str | Path, output: str | Path,
         assert fold is not None
         left_out = [q.question_id for q in questions if shard_of(q.question_id, fold[1]) == fold[0]]
         questions = tuple(q for q in questions if shard_of(q.question_id, fold[1]) != fold[0])
+    n_available = len(questions)
+    questions = _capped(questions, s)
     rankings = {r["question_id"]: r["ranked_session_ids"] for r in finished.rows}
     pairs, counts = build_pairs(questions, rankings, s)
-    if not counts["positive"]:
-        raise ConfigError(f"{part_p}: no question has an evidence turn; nothing to train on")
+    entry = {"path": str(part_p), "sha256": part_sha,
+             "split_manifest_sha256": (marker or {}).get("split_manifest_sha256"),
+             "split_part": (marker or {}).get("part"),
+             "run": {"path": str(run), "fingerprint": finished.fingerprint,
+                     "rows_sha256": finished.rows_sha256},
+             "questions_available": n_available, "questions_considered": len(questions),
+             "pairs": {k: v for k, v in counts.items() if k != "skipped_ids"},
+             "trained_question_ids": sorted({p.question_id for p in pairs})}
+    return pairs, counts, entry, left_out
+
+
+def train(part: str | Path, run: str | Path, output: str | Path,
+          settings: TrainSettings | None = None, *, log: Any = None,
+          also: Sequence[tuple[str | Path, str | Path]] = ()) -> dict[str, Any]:
+    """See the module docstring (``also``: more (part, run) pairs). Returns the card."""
+    from engram_eval.retrieval.models import resolve_model
+
+    s = settings or TrainSettings()
+    out = Path(output)
+    card_path = Path(str(out) + ".card.json")
+    for p in (out, card_path):
+        if p.exists():
+            raise ProvenanceError(f"{p}: exists; train-reranker never overwrites")
+    todo = [(Path(part), run)] + [(Path(p), r) for p, r in also]
+    shas = [sha256_file(p) for p, _ in todo]
+    if len(set(shas)) != len(shas):
+        raise ConfigError("train-reranker: the same part is given twice")
+    base = resolve_model(s.base_model, "embedding")
+    pairs: list[Pair] = []
+    entries: list[dict[str, Any]] = []
+    all_counts: list[dict[str, Any]] = []
+    left_out: list[str] = []
+    for part_p, run_p in todo:
+        got, counts, entry, lo = _part_pairs(part_p, run_p, s)
+        if not counts["positive"]:
+            raise ConfigError(f"{part_p}: no question has an evidence turn; nothing to train on")
+        pairs += got
+        entries.append(entry)
+        all_counts.append(counts)
+        left_out += lo
+    totals: dict[str, Any] = {k: sum(c[k] for c in all_counts)
+                              for k in ("pairs", "positive", "hard", "random", "questions_used")}
+    totals["questions_skipped"] = {k: sum(c["questions_skipped"][k] for c in all_counts)
+                                   for k in all_counts[0]["questions_skipped"]}
+    skipped = {k: [i for c in all_counts for i in c["skipped_ids"][k]]
+               for k in all_counts[0]["skipped_ids"]}
     t0 = time.time()
     history = _fit(pairs, base.path, out, s, log)
     wall = time.time() - t0
     files = {p.relative_to(out).as_posix(): sha256_file(p)
              for p in sorted(out.rglob("*")) if p.is_file()}
+    first = entries[0]
     card = {
         "kind": CARD_KIND,
-        "part": {"path": str(part_p), "sha256": part_sha,
-                 "split_manifest_sha256": (marker or {}).get("split_manifest_sha256"),
-                 "split_part": (marker or {}).get("part")},
-        "run": {"path": str(run), "fingerprint": finished.fingerprint,
-                "rows_sha256": finished.rows_sha256},
+        "part": {k: first[k] for k in ("path", "sha256", "split_manifest_sha256",
+                                       "split_part")},
+        "run": first["run"], "parts": entries,
         "base_model": base.to_json(), "settings": asdict(s),
-        "pairs": {k: v for k, v in counts.items() if k != "skipped_ids"},
-        "skipped_ids": counts["skipped_ids"], "pairs_sha256": pairs_sha256(pairs),
+        "pairs": totals, "skipped_ids": skipped, "pairs_sha256": pairs_sha256(pairs),
         "excluded_questions": {"shard": s.exclude_shard or None, "count": len(left_out),
                                "ids_sha256": hashlib.sha256(
                                    "\n".join(sorted(left_out)).encode("utf-8")).hexdigest()},

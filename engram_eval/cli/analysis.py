@@ -237,6 +237,9 @@ def add_train_reranker(sub: Any) -> None:
     tr.add_argument("part", help="dataset part to train on (a tuning part: never held-out)")
     tr.add_argument("--run", required=True, help="a finished run on that part (its rankings "
                     "give the hard negatives)")
+    tr.add_argument("--also", nargs=2, action="append", default=[], metavar=("PART", "RUN"),
+                    help="another tuning part and its run, trained into the same model (for "
+                    "example the tune parts of two datasets); repeatable")
     tr.add_argument("--output", required=True, help="model directory to write (must not "
                     "exist); the card goes to OUTPUT.card.json")
     tr.add_argument("--base-model", default=d.base_model, help="base model: name (bundled or "
@@ -253,7 +256,9 @@ def add_train_reranker(sub: Any) -> None:
             ("time_budget_s", float, "stop after this many seconds (0: no budget)"),
             ("seed", int, "seed of the head, the data order and the random negatives"),
             ("exclude_shard", str, "I/N: leave out the questions 'run --shard I/N' selects, "
-             "so that fold's run scores questions this reranker never saw ('': none)")):
+             "so that fold's run scores questions this reranker never saw ('': none)"),
+            ("max_questions", int, "at most this many questions of each part give pairs, in "
+             "a fixed order by sha256(seed:question_id) (0: all)")):
         tr.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name),
                         help=f"{text} (default {getattr(d, name)})")
 
@@ -265,7 +270,8 @@ def cmd_train_reranker(args: argparse.Namespace) -> int:
 
     fields = {k: getattr(args, k) for k in TrainSettings.__dataclass_fields__}
     card = train(args.part, args.run, args.output, TrainSettings(**fields),
-                 log=logging.getLogger("engram_eval.train_reranker").info)
+                 log=logging.getLogger("engram_eval.train_reranker").info,
+                 also=[tuple(x) for x in args.also])
     pc = card["pairs"]
     print(f"{pc['pairs']} pairs ({pc['positive']} positive, {pc['hard']} hard, {pc['random']} "
           f"random) from {pc['questions_used']} questions; skipped "
