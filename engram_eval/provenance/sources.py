@@ -105,6 +105,24 @@ PRODUCTION_CORE_SOURCES: tuple[str, ...] = (
     "benchmarks/production_retrieval/_common.py",
 )
 
+#: The answer step (``engram-eval export-context | answer | judge``, :mod:`engram_eval.qa`):
+#: the files hashed into each step's sidecar.
+_QA = ("engram_eval/qa/__init__.py", "engram_eval/qa/prompts.py")
+QA_CONTEXT_SOURCES: tuple[str, ...] = (
+    *_BASE, *_DATA, "engram_eval/data/datasets.py", *_QA,
+    "engram_eval/qa/context.py", "engram_eval/qa/tokens.py",
+    "engram_eval/scoring/__init__.py", "engram_eval/scoring/metrics.py",
+    "engram_eval/scoring/protocols.py", "engram_eval/retrieval/temporal.py",
+)
+QA_ANSWER_SOURCES: tuple[str, ...] = (
+    *_BASE, *_QA, "engram_eval/qa/answer.py", "engram_eval/qa/client.py",
+    "engram_eval/qa/files.py", "engram_eval/qa/context.py",
+)
+QA_JUDGE_SOURCES: tuple[str, ...] = (
+    *_BASE, *_DATA, "engram_eval/data/datasets.py", *_QA, "engram_eval/qa/judge.py",
+    "engram_eval/qa/client.py", "engram_eval/qa/files.py", "engram_eval/qa/report.py",
+)
+
 #: Imported by a run but provably unable to change a ranking, a row or a metric, so not
 #: hashed (editing them must not invalidate a resume or a frozen manifest). Path -> why.
 #: Only here, never silently: the closure test accepts a module it finds unhashed only if it
