@@ -84,6 +84,6 @@ def format_report(report: Mapping[str, Any]) -> str:
         lines.append(line)
     if ev:
         lines.append(f"(evidence split by {ev['metric']} of each question's context, "
-                     f"{ev['protocol']} gold; 'missed' = a retrieval failure, a wrong answer "
-                     "under 'found' = a reading failure)")
+                     f"{ev['protocol']} gold: a wrong answer under 'missed' is a retrieval failure, "
+                     "under 'found' a reading failure)")
     return "\n".join(lines)
