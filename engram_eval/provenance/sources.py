@@ -176,6 +176,8 @@ FILE_GENERATORS: dict[str, str] = {
     "abstention_longmemeval_s_dev.png": "benchmarks/production_retrieval/abstention_sweep.py",
     "abstention_locomo10.json": "benchmarks/production_retrieval/abstention_sweep.py",
     "abstention_locomo10.png": "benchmarks/production_retrieval/abstention_sweep.py",
+    # results/longmemeval_s_dev_context (PROVENANCE.md, "From retrieval to answers")
+    "context_tokens.json": "benchmarks/longmemeval/context_tokens.py",
 }
 #: Derived file name suffix -> its generator (frozen manifests, ``*.frozen.json``).
 SUFFIX_GENERATORS: dict[str, str] = {
