@@ -50,6 +50,8 @@ class FakeServer:
         self.reply = reply
         self.delay = delay
         self.seen: list[Seen] = []
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most requests being served at once
         self._lock = threading.Lock()
         outer = self
 
@@ -63,9 +65,15 @@ class FakeServer:
                 with outer._lock:
                     outer.seen.append(Seen(self.path, body, self.headers.get("Authorization")))
                     count = len(outer.seen)
-                if outer.delay:
-                    time.sleep(outer.delay)
-                out = outer.reply(body, count)
+                    outer.in_flight += 1
+                    outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
+                try:
+                    if outer.delay:
+                        time.sleep(outer.delay)
+                    out = outer.reply(body, count)
+                finally:
+                    with outer._lock:
+                        outer.in_flight -= 1
                 if isinstance(out, str):
                     out = Raw(200, json.dumps(completion(out, body.get("model", "m"))).encode(),
                               {"Content-Type": "application/json"})

@@ -195,3 +195,21 @@ def test_cli_resume_after_a_kill_repairs_the_torn_line(context: Path, tmp_path: 
     assert len(rows) == 12 and len({r["question_id"] for r in rows}) == 12
     assert len(server.seen) - asked == 12 - kept  # only the missing questions were asked
     assert_key_absent(tmp_path, done.stdout, done.stderr)
+
+
+def test_concurrency_is_bounded(context: Path, tmp_path: Path) -> None:
+    with FakeServer(echo_reply, delay=0.05) as server:
+        answer(context, tmp_path / "hyp.jsonl", config(server, concurrency=3),
+               echo=lambda m: None)
+    assert 2 <= server.max_in_flight <= 3
+    assert len(server.seen) == 12
+
+
+def test_without_openai_the_error_says_how_to_install(context: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "openai", None)  # import openai -> ImportError
+    with pytest.raises(ConfigError, match=r"pip install 'engram-eval\[qa\]'"):
+        answer(context, tmp_path / "hyp.jsonl",
+               AnswerConfig(base_url="http://127.0.0.1:9/v1", model="m", progress=False),
+               echo=lambda m: None)
+    assert not (tmp_path / "hyp.jsonl").exists()
