@@ -50,6 +50,8 @@ RUN_SUFFIXES = (".jsonl", ".jsonl.gz")
 
 def is_run_file(p: Path) -> bool:
     n = p.name
+    if ".context.jsonl" in n:  # a context export: derived, with its own sidecar
+        return False
     return n.endswith(tuple(s + e for s in RUN_SUFFIXES
                             for e in ("", ".metadata.json", ".summary.json")))
 

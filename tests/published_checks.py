@@ -30,8 +30,18 @@ def is_exempt(p: Path) -> bool:
     return p.name in EXEMPT_NAMES or (p.name.upper().startswith("README") and p.suffix == ".md")
 
 
+#: Context exports (``engram-eval export-context``) are JSON lines too, but derived files,
+#: not runs: their sidecar names the run they were made from (checked as a derived file).
+CONTEXT_SUFFIXES = (".context.jsonl", ".context.jsonl.gz")
+
+
+def is_context_export(p: Path) -> bool:
+    return p.is_file() and p.name.endswith(CONTEXT_SUFFIXES)
+
+
 def is_result(p: Path) -> bool:
-    return p.is_file() and p.name.endswith((".jsonl", ".jsonl.gz"))
+    return (p.is_file() and p.name.endswith((".jsonl", ".jsonl.gz"))
+            and not is_context_export(p))
 
 
 def discover_runs(results: Path) -> list[Path]:
@@ -139,7 +149,8 @@ def check_every_file_carries_provenance(results: Path) -> list[Path]:
             check_run_files(p)
             continue
         if p.name.endswith((".jsonl.summary.json", ".jsonl.gz.summary.json",
-                            ".jsonl.metadata.json", ".jsonl.gz.metadata.json")):
+                            ".jsonl.metadata.json", ".jsonl.gz.metadata.json")) and not (
+                is_context_export(Path(str(p).removesuffix(".metadata.json")))):
             run = Path(str(p).removesuffix(".summary.json").removesuffix(".metadata.json"))
             assert run.is_file(), f"{p} has no run {run.name} beside it"
             continue

@@ -128,3 +128,47 @@ def test_every_file_in_results_carries_provenance() -> None:
     undocumented = [p.relative_to(ROOT).as_posix() for p in derived
                     if p.relative_to(ROOT).as_posix() not in text and p.name not in text]
     assert not undocumented, f"not named in PROVENANCE.md: {undocumented}"
+
+
+# --------------------------------------------------------------------------- context exports
+CONTEXTS = sorted(p for p in RESULTS_DIR.rglob("*") if p.name.endswith(
+    (".context.jsonl", ".context.jsonl.gz")))
+
+
+@pytest.mark.parametrize("export", CONTEXTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())
+def test_published_context_export_names_its_run_and_sources(export: Path) -> None:
+    """A published context export (``engram-eval export-context``): its sidecar's fingerprint
+    and rows hash hold (read_context), the run it names is the published one (fingerprint
+    and rows hash), and its recorded sources are those of the commit that added it."""
+    from engram_eval.provenance.sidecar import git_source_hashes
+    from engram_eval.qa.context import read_context
+    from engram_eval.runs.reader import read_run
+
+    rows, meta, _ = read_context(export)
+    run = read_run(export.parent / meta["run"]["path"], require_sidecar=True)
+    assert meta["run"]["fingerprint"] == run.fingerprint
+    assert meta["run"]["rows_sha256"] == run.rows_sha256
+    assert [r["question_id"] for r in rows] == [r["question_id"] for r in run.rows]
+    assert all(len(r["retrieved_session_ids"]) == meta["top_k"] for r in rows)
+    commit = publishing_commit(export)
+    if commit is not None:
+        _, at = git_source_hashes(list(meta["sources"]), commit)
+        assert at == meta["sources"], f"{export}: recorded sources differ from {commit}"
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("export", CONTEXTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())
+def test_published_context_export_is_reproduced_byte_for_byte(export: Path,
+                                                              tmp_path: Path) -> None:
+    """Re-exported from the published run and the dataset by today's code, the file is the
+    same bytes (gzip with mtime 0)."""
+    from engram_eval.qa.context import ContextConfig, export_context
+
+    meta = json.loads(Path(str(export) + ".metadata.json").read_text())
+    hits = sorted(data_dir().rglob(meta["dataset"]["name"])) if data_dir().is_dir() else []
+    if not hits:
+        pytest.skip(f"dataset {meta['dataset']['name']} not available under {data_dir()}")
+    out = tmp_path / export.name
+    export_context(export.parent / meta["run"]["path"], hits[0], out,
+                   ContextConfig(meta["top_k"]), echo=lambda m: None, progress=False)
+    assert sha256_file(out) == sha256_file(export)

@@ -291,3 +291,14 @@ def test_closure_follows_lazy_imports_and_skips_type_checking() -> None:
     # importing a submodule runs its packages' __init__ files
     assert {"engram_eval/__init__.py", "engram_eval/retrieval/__init__.py"} <= closure(
         ["engram_eval.retrieval.fusion"])
+
+
+# --------------------------------------------------------------------------- the answer step
+@pytest.mark.parametrize("entry,listed", [
+    ("engram_eval.qa.context", "QA_CONTEXT_SOURCES"),
+    ("engram_eval.qa.answer", "QA_ANSWER_SOURCES"),
+    ("engram_eval.qa.judge", "QA_JUDGE_SOURCES")])
+def test_an_answer_step_hashes_its_whole_closure(entry: str, listed: str) -> None:
+    """export-context, answer and judge record the sha256 of every module they execute."""
+    absent = missing(required([entry]), getattr(S, listed))
+    assert not absent, f"{entry} executes {absent} but {listed} does not hash them"

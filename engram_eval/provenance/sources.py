@@ -105,6 +105,28 @@ PRODUCTION_CORE_SOURCES: tuple[str, ...] = (
     "benchmarks/production_retrieval/_common.py",
 )
 
+#: The answer step (``engram-eval export-context | answer | judge``, :mod:`engram_eval.qa`):
+#: the files hashed into each step's sidecar (each step's whole import closure, checked by
+#: tests/test_source_closure.py).
+_QA_CORE = (
+    *_BASE, *_DATA, "engram_eval/data/datasets.py",
+    "engram_eval/provenance/__init__.py", "engram_eval/provenance/sources.py",
+    "engram_eval/provenance/sidecar.py",
+    "engram_eval/runs/__init__.py", "engram_eval/runs/rows.py",
+    # the bundled tokenizer's resolution, and the session dates' parser
+    "engram_eval/retrieval/__init__.py", "engram_eval/retrieval/models.py",
+    "engram_eval/retrieval/temporal.py",
+    "engram_eval/scoring/__init__.py", "engram_eval/scoring/metrics.py",
+    "engram_eval/scoring/protocols.py",
+    "engram_eval/qa/__init__.py", "engram_eval/qa/prompts.py", "engram_eval/qa/files.py",
+    "engram_eval/qa/context.py", "engram_eval/qa/tokens.py",
+)
+QA_CONTEXT_SOURCES: tuple[str, ...] = _QA_CORE
+QA_ANSWER_SOURCES: tuple[str, ...] = (*_QA_CORE, "engram_eval/qa/answer.py",
+                                      "engram_eval/qa/client.py")
+QA_JUDGE_SOURCES: tuple[str, ...] = (*_QA_CORE, "engram_eval/qa/judge.py",
+                                     "engram_eval/qa/client.py", "engram_eval/qa/report.py")
+
 #: Imported by a run but provably unable to change a ranking, a row or a metric, so not
 #: hashed (editing them must not invalidate a resume or a frozen manifest). Path -> why.
 #: Only here, never silently: the closure test accepts a module it finds unhashed only if it
@@ -158,6 +180,8 @@ FILE_GENERATORS: dict[str, str] = {
     "abstention_longmemeval_s_dev.png": "benchmarks/production_retrieval/abstention_sweep.py",
     "abstention_locomo10.json": "benchmarks/production_retrieval/abstention_sweep.py",
     "abstention_locomo10.png": "benchmarks/production_retrieval/abstention_sweep.py",
+    # results/longmemeval_s_dev_context (PROVENANCE.md, "From retrieval to answers")
+    "context_tokens.json": "benchmarks/longmemeval/context_tokens.py",
 }
 #: Derived file name suffix -> its generator (frozen manifests, ``*.frozen.json``).
 SUFFIX_GENERATORS: dict[str, str] = {

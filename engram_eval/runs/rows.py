@@ -69,10 +69,12 @@ def rows_sha256(path: str | Path) -> str:
     return hashlib.sha256(read_rows_bytes(path)).hexdigest()
 
 
-def scan_rows(path: str | Path, *, allowed_ids: Iterable[str] | None = None) -> RowScan:
+def scan_rows(path: str | Path, *, allowed_ids: Iterable[str] | None = None,
+              required: Sequence[str] = REQUIRED_FIELDS) -> RowScan:
     """Parse every row (plain or gzipped file); raise ProvenanceError for a malformed row
     (other than a torn last line), a duplicate question id, or a question id outside
-    ``allowed_ids``."""
+    ``allowed_ids``. ``required``: the fields every row must have (a result row's by
+    default; the answer and judge files of :mod:`engram_eval.qa` name their own)."""
     data = read_rows_bytes(path)
     digest = hashlib.sha256(data).hexdigest()
     allowed = set(allowed_ids) if allowed_ids is not None else None
@@ -99,7 +101,7 @@ def scan_rows(path: str | Path, *, allowed_ids: Iterable[str] | None = None) -> 
                                   "corrupt beyond a torn last line, refusing") from None
         if not isinstance(obj, dict):
             raise ProvenanceError(f"{path}: line {n} is not a JSON object")
-        for f in REQUIRED_FIELDS:
+        for f in required:
             if f not in obj:
                 raise ProvenanceError(f"{path}: line {n}: row is missing field {f!r}")
         qid = obj["question_id"]
