@@ -170,6 +170,8 @@ FILE_GENERATORS: dict[str, str] = {
     # results/longmemeval_s_dev_rerank (scripts/publish_rerank.sh)
     "rerank_choice.json": "benchmarks/longmemeval/choose_rerank.py",
     "speed_rerank_tune30.json": "benchmarks/longmemeval/speed_rerank.py",
+    # results/longmemeval_s_dev (scripts/publish_memo.sh)
+    "speed_memo.json": "benchmarks/longmemeval/speed_memo.py",
     # results/structure (scripts/publish_structure.sh)
     "tuned_by_structure.yaml": "engram_eval/analysis/tune_parts.py",
     "tuned_by_structure.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
