@@ -94,6 +94,7 @@ PRODUCTION_CORE_SOURCES: tuple[str, ...] = (
     "engram_eval/production/store.py",
     "engram_eval/production/search.py",
     "engram_eval/production/confidence.py",
+    "engram_eval/production/features.py",  # calibration v3's per-candidate features
     "engram_eval/production/fixture.py",
     "engram_eval/production/runner.py",
     "engram_eval/production/calibration_v2.json",  # DEFAULT_CALIBRATION
@@ -103,6 +104,19 @@ PRODUCTION_CORE_SOURCES: tuple[str, ...] = (
     "engram_eval/schemas/production_fixture.schema.json",
     "benchmarks/production_retrieval/run.py",
     "benchmarks/production_retrieval/_common.py",
+)
+
+#: Besides a production run's files, what the selective-retrieval measurement of the
+#: confidence on real sessions executes (issue 18: benchmarks/production_retrieval/confidence.py).
+CONFIDENCE_EXTRA_SOURCES: tuple[str, ...] = (
+    "engram_eval/data/datasets.py",
+    "engram_eval/scoring/__init__.py",
+    "engram_eval/scoring/metrics.py",
+    "engram_eval/scoring/protocols.py",
+    "engram_eval/scoring/selective.py",
+    "engram_eval/production/sessions.py",
+    "engram_eval/production/calibrate_real.py",
+    "benchmarks/production_retrieval/confidence.py",
 )
 
 #: Imported by a run but provably unable to change a ranking, a row or a metric, so not
@@ -158,10 +172,16 @@ FILE_GENERATORS: dict[str, str] = {
     "abstention_longmemeval_s_dev.png": "benchmarks/production_retrieval/abstention_sweep.py",
     "abstention_locomo10.json": "benchmarks/production_retrieval/abstention_sweep.py",
     "abstention_locomo10.png": "benchmarks/production_retrieval/abstention_sweep.py",
+    # results/confidence (scripts/publish_confidence.sh, issue 18)
+    "calibration_v3.report.json": "benchmarks/production_retrieval/confidence.py",
+    "calibration_v3.report.png": "benchmarks/production_retrieval/confidence.py",
 }
 #: Derived file name suffix -> its generator (frozen manifests, ``*.frozen.json``).
 SUFFIX_GENERATORS: dict[str, str] = {
     ".frozen.json": "engram_eval/provenance/frozen.py",
+    # a selective-retrieval measurement of the confidence and its figure (issue 18)
+    ".selective.json": "benchmarks/production_retrieval/confidence.py",
+    ".selective.png": "benchmarks/production_retrieval/confidence.py",
     # a trained reranker's model card (train-reranker; the weights are not published)
     ".card.json": "engram_eval/analysis/train_reranker.py",
 }
@@ -181,6 +201,12 @@ def production_sources(retrieval_sources: Iterable[str]) -> list[str]:
     """The files hashed into a production manifest: the production core + the retrieval
     pipeline's list (:data:`engram_eval.retrieval.sources.PIPELINE_SOURCES`)."""
     return _unique([*PRODUCTION_CORE_SOURCES, *retrieval_sources])
+
+
+def confidence_sources(retrieval_sources: Iterable[str]) -> list[str]:
+    """The files hashed into a confidence measurement's manifest: a production run's files
+    plus :data:`CONFIDENCE_EXTRA_SOURCES`."""
+    return _unique([*production_sources(retrieval_sources), *CONFIDENCE_EXTRA_SOURCES])
 
 
 def derived_sources(command: str) -> list[str]:
