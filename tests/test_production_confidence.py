@@ -268,3 +268,13 @@ def test_validation_v3_fixture():
 
     assert frozen["input"]["sha256"] == sha256_file(
         REPO / "fixtures" / "production" / "validation_v3.json")
+
+
+def test_choose_cutoff_unreachable_target_takes_the_best_rate():
+    from engram_eval.production.calibrate_real import choose_cutoff
+
+    top = [{"confidence": c, "correct": r, "unanswerable": False}
+           for c, r in ((0.9, 0), (0.8, 1), (0.7, 1), (0.6, 0), (0.5, 0))]
+    got = choose_cutoff({"a": top}, target=0.95, min_returned=2)
+    # returned >= 2 from 0.71 down: rates at 0.71-0.80 = 1/2, at 0.61-0.70 = 2/3, 0.51-0.60 2/4
+    assert got["value"] == 0.61 and not got["met_on_tuning_parts"] and "fallback" in got

@@ -27,7 +27,9 @@ unanswerable question). Gold is read only to label, after the features are compu
    grid at which, on *every* tuning part, at least ``target_precision`` of the returned top
    results are gold (a question returns a top result when its top confidence >= cut-off;
    unanswerable questions that return one count as wrong) and at least ``min_returned``
-   questions return one.
+   questions return one. When no cut-off does, the one with the highest such rate (on the
+   worst part) among those where every part returns at least ``min_returned`` questions,
+   and the file says the target was not reached.
 
 The calibration file records the data (file names, sha256, counts, a hash of every
 (question, memory, label)), the settings, the model files' hash, the fitted numbers, the
@@ -236,9 +238,20 @@ def choose_cutoff(tops: dict[str, list[dict[str, Any]]], target: float,
         if all(r["returned"] >= min_returned and r["returned_top_gold_rate"] is not None
                and r["returned_top_gold_rate"] >= target for r in rows.values()):
             return {"value": c, "met_on_tuning_parts": True, "at_cutoff": rows}
-    c = grid[-1]
-    return {"value": c, "met_on_tuning_parts": False,
-            "at_cutoff": {k: at_cutoff(v, c) for k, v in tops.items()}}
+    # unreachable: the cut-off with the highest worst-part rate among those where every part
+    # returns at least min_returned questions (the smallest such cut-off on ties)
+    best, best_rate = grid[-1], -1.0
+    for c in grid:
+        rows = {k: at_cutoff(v, c) for k, v in tops.items()}
+        if all(r["returned"] >= min_returned for r in rows.values()):
+            rate = min(r["returned_top_gold_rate"] or 0.0 for r in rows.values())
+            if rate > best_rate:
+                best, best_rate = c, rate
+    return {"value": best, "met_on_tuning_parts": False,
+            "fallback": "target not reached on every tuning part: the cut-off with the "
+                        "highest returned-top-gold rate (worst part) among those where every "
+                        f"part returns at least {min_returned} questions",
+            "at_cutoff": {k: at_cutoff(v, best) for k, v in tops.items()}}
 
 
 def summarise(top: Sequence[dict[str, Any]], *, bins: int = 15) -> dict[str, Any]:

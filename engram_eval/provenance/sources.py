@@ -173,8 +173,10 @@ FILE_GENERATORS: dict[str, str] = {
     "abstention_locomo10.json": "benchmarks/production_retrieval/abstention_sweep.py",
     "abstention_locomo10.png": "benchmarks/production_retrieval/abstention_sweep.py",
     # results/confidence (scripts/publish_confidence.sh, issue 18)
-    "calibration_v3.report.json": "benchmarks/production_retrieval/confidence.py",
-    "calibration_v3.report.png": "benchmarks/production_retrieval/confidence.py",
+    "calibration_v3_chat.report.json": "benchmarks/production_retrieval/confidence.py",
+    "calibration_v3_chat.report.png": "benchmarks/production_retrieval/confidence.py",
+    "calibration_v3_people.report.json": "benchmarks/production_retrieval/confidence.py",
+    "calibration_v3_people.report.png": "benchmarks/production_retrieval/confidence.py",
 }
 #: Derived file name suffix -> its generator (frozen manifests, ``*.frozen.json``).
 SUFFIX_GENERATORS: dict[str, str] = {
