@@ -101,16 +101,29 @@ def test_published_run_verifies_against_the_dataset(result: Path,
 @pytest.mark.parametrize("result", RESULTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())
 def test_published_run_reexecutes(result: Path, split_parts: dict[str, Path]) -> None:
     """``verify --rerun``: RERUN_QUESTIONS seeded questions re-ranked by today's code give the
-    recorded rankings and scores. A run whose recorded model files are not on this machine (a
-    cross-encoder trained by scripts/publish_rerank.sh; weights are never committed) is
-    skipped, naming the path and how to re-create it."""
+    recorded rankings and scores. A run whose recorded cross-encoder is not on this machine,
+    or is there with other file hashes (one trained by a publish script: weights are never
+    committed, and retraining on another machine may differ in float noise, PROVENANCE.md
+    section 6), is skipped, naming the path and how to re-create it."""
+    from engram_eval.io import sha256_file
+
     dataset = _dataset_of(result, split_parts)
     meta = json.loads(Path(str(result) + ".metadata.json").read_text())
     cfg = meta["config"]
     model = Path(cfg.get("reranker_model") or "")
-    if cfg.get("rerank") and model.is_absolute() and not model.exists():
-        pytest.skip(f"the run's cross-encoder {model} is not on this machine (re-create it "
-                    "with the train-reranker command of PROVENANCE.md section 6)")
+    if cfg.get("rerank") and model.is_absolute():
+        how = ("re-create it with the train-reranker command of the publish script named in "
+               "PROVENANCE.md")
+        if not model.exists():
+            pytest.skip(f"the run's cross-encoder {model} is not on this machine ({how})")
+        recorded = next((m["files_sha256"] for m in meta["models"]
+                         if m["role"] == "reranker"), {})
+        differ = sorted(f for f, h in recorded.items()
+                        if f != "README.md" and (not (model / f).is_file()
+                                                 or sha256_file(model / f) != h))
+        if differ:
+            pytest.skip(f"the cross-encoder at {model} is not the run's ({differ} differ "
+                        f"from the recorded hashes; {how})")
     check_verifies(result, dataset, publishing_commit(result), RERUN_QUESTIONS)
 
 

@@ -44,13 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     from pathlib import Path
 
     from engram_eval.data.datasets import load_questions, resolve_format
-    from engram_eval.data.records import has_chat_roles
     from engram_eval.errors import EngramEvalError
     from engram_eval.io import dump_json, exclusive_write, sha256_file
-    from engram_eval.production.search import Engine, search_memories
-    from engram_eval.production.store import Memory
-    from engram_eval.retrieval.dense import user_pieces
-    from engram_eval.scoring import protocols as P
+    from engram_eval.production.search import Engine
+    from engram_eval.production.sessions import search_all, session_questions
 
     out = Path(args.output)
     png = out.with_suffix(".png")
@@ -70,32 +67,12 @@ def main(argv: list[str] | None = None) -> int:
         engine.calibration() if not engine.settings.rerank else None
         t0 = time.time()
         per_q = []
-        enc = engine.encoder()
-        for q in questions:
-            if fmt == "locomo":
-                unans = bool(q.get_extra("adversarial"))
-                gold = () if unans else (P.gold_for(q, "locomo_no_adversarial") or ())
-            else:
-                unans = q.is_abstention
-                gold = () if unans else (P.gold_for(q, "answerable") or ())
-            if not unans and not gold:
-                continue  # answerable in name only: no gold session to check against
-            roles = has_chat_roles(q.sessions)
-            mems = [Memory(s.session_id, s.user_text if roles else s.text(), s.date)
-                    for s in q.sessions]
-            count, lim = engine._counter if engine._counter is not None else (None, 256)
-            pcs = user_pieces(q.sessions, engine.settings.dense_piece_words,
-                              engine.settings.dense_piece_overlap, count, lim,
-                              role="user" if roles else None)
-            pieces = [(pc.session_index, pc.text) for pc in pcs]
-            vecs = enc.encode([t for _, t in pieces])
-            resp = search_memories(engine, q.question, now=q.question_date, memories=mems,
-                                   pieces=pieces, vectors=vecs, limit=len(mems),
-                                   min_confidence=1.0)
+        for sq in session_questions(engine, questions, fmt):
+            resp = search_all(engine, sq)
             confs = sorted(((c["confidence"], -c["fused_rank"], c["id"]) for c in resp.candidates),
                            reverse=True)
-            per_q.append({"question_id": q.question_id, "unanswerable": unans,
-                          "gold": list(gold),
+            per_q.append({"question_id": sq.question.question_id,
+                          "unanswerable": sq.unanswerable, "gold": list(sq.gold),
                           "ranked": [[cid, round(cf, 6)] for cf, _, cid in confs]})
         table = []
         ans = [r for r in per_q if not r["unanswerable"]]

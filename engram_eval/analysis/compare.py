@@ -31,6 +31,16 @@ the rows' question order), with ``numpy.array_split`` sizes. ``robust`` is True 
 overall delta is non-zero and no segment's delta has the opposite sign (a segment with delta
 0 does not flip); a non-zero delta that flips in some segment is flagged not robust.
 
+Segmented check (``compare_runs(..., segment_size=S)``, ``--segment-size S``), the
+falsification test Memo applies to its own changes: the questions, in the rows' order of A
+(the dataset's order), are cut into fixed consecutive segments of S questions (the last may
+be shorter). For each segment and metric the report gives A's and B's means and ``delta``;
+per metric, ``positive`` counts segments with delta > 0 and the verdict is ``every segment
+positive`` only when all of them are (a segment with delta 0 is not positive), otherwise
+``not every segment positive (k of N)``; ``falsified`` is True when the overall delta is
+positive but some segment's is not (the change fails the check). The report gains the key
+``segmented_check`` only when asked; without it the report is unchanged.
+
 Clustered resampling (``compare_runs(..., cluster="id-prefix")``, ``--cluster id-prefix``).
 The default, ``cluster="question"``, is everything above, and its report is exactly the one
 described there (no key is added or changed). With ``"id-prefix"`` the unit of resampling and
@@ -282,7 +292,7 @@ def check_comparable(a: FinishedRun, b: FinishedRun, protocol: str) -> None:
 def compare_runs(a: FinishedRun, b: FinishedRun, *, protocol: str = "answerable",
                  metrics: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
                  segments: int = 5, segment_by: str = "hash", alpha: float = 0.05,
-                 cluster: str = "question") -> dict[str, Any]:
+                 cluster: str = "question", segment_size: int | None = None) -> dict[str, Any]:
     """The paired comparison report of runs A and B (see module doc); ``cluster`` is
     ``"question"`` (resample and test questions) or ``"id-prefix"`` (resample and test
     clusters of questions sharing the id prefix before ``:``)."""
@@ -295,6 +305,8 @@ def compare_runs(a: FinishedRun, b: FinishedRun, *, protocol: str = "answerable"
         raise ConfigError("--bootstrap must be >= 1")
     if segments < 1:
         raise ConfigError("--segments must be >= 1")
+    if segment_size is not None and segment_size < 1:
+        raise ConfigError("--segment-size must be >= 1")
     if not 0 < alpha < 1:
         raise ConfigError("alpha must be in (0, 1)")
     check_comparable(a, b, protocol)
@@ -401,6 +413,9 @@ def compare_runs(a: FinishedRun, b: FinishedRun, *, protocol: str = "answerable"
             "sign_flip": {"exact_max_clusters": SIGN_FLIP_EXACT_MAX,
                           "monte_carlo_vectors": SIGN_FLIP_DRAWS,
                           "tolerance": SIGN_FLIP_TOL}})
+    extra: dict[str, Any] = {}
+    if segment_size is not None:
+        extra["segmented_check"] = segmented_check(order, names, A, B, segment_size)
     return {
         "kind": KIND,
         "protocol": protocol,
@@ -418,7 +433,37 @@ def compare_runs(a: FinishedRun, b: FinishedRun, *, protocol: str = "answerable"
         "verdict": verdict,
         "generator": {"module": "engram_eval/analysis/compare.py",
                       "sha256": sha256_file(Path(__file__))},
+        **extra,
     }
+
+
+def segmented_check(order: Sequence[str], names: Sequence[str], A: Any, B: Any,
+                    size: int) -> dict[str, Any]:
+    """Fixed consecutive segments of ``size`` questions in ``order`` (module doc)."""
+    bounds = [(i, min(i + size, len(order))) for i in range(0, len(order), size)]
+    segs: list[dict[str, Any]] = []
+    for k, (lo, hi) in enumerate(bounds):
+        segs.append({"index": k, "questions": [lo + 1, hi], "n": hi - lo,
+                     "first": order[lo], "last": order[hi - 1],
+                     "metrics": {n: {"a": float(A[lo:hi, j].mean()),
+                                     "b": float(B[lo:hi, j].mean()),
+                                     "delta": float((B[lo:hi, j] - A[lo:hi, j]).mean())}
+                                 for j, n in enumerate(names)}})
+    by_metric: dict[str, Any] = {}
+    for j, n in enumerate(names):
+        deltas = [seg["metrics"][n]["delta"] for seg in segs]
+        positive = sum(1 for d in deltas if d > 0)
+        overall = float((B[:, j] - A[:, j]).mean())
+        every = positive == len(deltas)
+        by_metric[n] = {"deltas": deltas, "positive": positive, "segments": len(deltas),
+                        "every_segment_positive": every,
+                        "verdict": ("every segment positive" if every else
+                                    f"not every segment positive ({positive} of "
+                                    f"{len(deltas)})"),
+                        "falsified": bool(overall > 0 and not every)}
+    return {"segment_size": size, "order": "rows of A (consecutive, fixed)",
+            "rule": "a segment is positive when its delta (B - A) > 0",
+            "segments": segs, "by_metric": by_metric}
 
 
 def format_report(rep: Mapping[str, Any], metrics: Sequence[str] | None = None) -> str:
@@ -465,6 +510,14 @@ def format_report(rep: Mapping[str, Any], metrics: Sequence[str] | None = None) 
         s = rep["segment_consistency"]["by_metric"][n]
         lines.append(f"  {n:<15} {s['verdict']:<13} "
                      + " ".join(f"{d:+.3f}" for d in s["deltas"]))
+    if "segmented_check" in rep:
+        sc = rep["segmented_check"]
+        lines.append(f"segmented check ({len(sc['segments'])} fixed segments of "
+                     f"{sc['segment_size']} questions in row order; B - A per segment):")
+        for n in names:
+            chk = sc["by_metric"][n]
+            lines.append(f"  {n:<15} {chk['verdict']:<36} "
+                         + " ".join(f"{d:+.3f}" for d in chk["deltas"]))
     v = rep["verdict"]
     lines.append(f"significantly better (overall): {', '.join(v['significantly_better']) or '-'}")
     lines.append(f"significantly worse (overall): {', '.join(v['significantly_worse']) or '-'}")

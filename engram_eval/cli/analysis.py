@@ -36,6 +36,10 @@ def add_compare(sub: Any) -> None:
     c.add_argument("--segments", type=int, default=5)
     c.add_argument("--segment-by", choices=("hash", "order"), default="hash",
                    help="segments of sha256(question_id) order (default) or row order")
+    c.add_argument("--segment-size", type=int, default=None, metavar="S",
+                   help="also the segmented check (Memo's falsifier): fixed consecutive "
+                   "segments of S questions in row order, per-segment deltas and an 'every "
+                   "segment positive' verdict per metric")
     c.add_argument("--cluster", choices=("question", "id-prefix"), default="question",
                    help="unit of resampling and testing: question (default: paired bootstrap "
                    "over questions, exact McNemar for binary metrics) or id-prefix (questions "
@@ -61,7 +65,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     protocol = args.protocol or a.default_protocol
     rep = compare_runs(a, b, protocol=protocol, metrics=args.metrics,
                        n_boot=args.bootstrap, seed=args.seed, segments=args.segments,
-                       segment_by=args.segment_by, alpha=args.alpha, cluster=args.cluster)
+                       segment_by=args.segment_by, alpha=args.alpha, cluster=args.cluster,
+                       segment_size=args.segment_size)
     print(format_report(rep))
     if args.plot:
         from engram_eval.analysis.plots import (

@@ -30,6 +30,9 @@ def add_verify(sub: Any) -> None:
                    "sums in another order and moves a float32 score by ~1e-6 (metrics depend "
                    "on the ranking alone). Refused when the model files that resolve now "
                    "differ from the recorded sha256. Needs --dataset")
+    v.add_argument("--questions", metavar="FILE",
+                   help="with --rerun, for a run made with `run --questions FILE`: the same "
+                   "file (checked by sha256), whose texts replace the re-ranked questions'")
     v.add_argument("--rerun-seed", metavar="SEED", type=int, default=None,
                    help="seed of the --rerun sample (default: a fresh random seed, printed on "
                    "the check line so the same questions can be re-run)")
@@ -42,7 +45,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     if args.rerun < 0:
         raise EngramEvalError(f"verify: --rerun {args.rerun}: K must be 0 or more")
-    rerun = {"rerun": args.rerun, "rerun_seed": args.rerun_seed} if args.rerun else {}
+    rerun: dict[str, Any] = ({"rerun": args.rerun, "rerun_seed": args.rerun_seed}
+                             if args.rerun else {})
+    if args.questions:
+        rerun["questions_file"] = args.questions
     rep = verify.verify(args.result, args.dataset, sources_at=args.sources_at, **rerun)
     summ = read_summary(args.result) if rep.ok else None
     if summ is not None:

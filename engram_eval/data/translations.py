@@ -1,13 +1,19 @@
 """Question translations mapped by ``question_id`` (LongMemEval-CN style).
 
-A translation file (plain or gzipped JSON) is either a list of ``{question_id, question}``
-objects (other fields ignored) or a ``{question_id: question}`` object. Only the question text
-is replaced; haystacks, answers and gold ids stay as loaded.
+A translation file (plain or gzipped) is either JSON — a list of ``{question_id, question}``
+objects (other fields ignored) or a ``{question_id: question}`` object — or JSONL (a name
+ending ``.jsonl`` or ``.jsonl.gz``): one ``{question_id, question}`` object per line, blank
+lines skipped. Only the question text is replaced; haystacks, answers and gold ids stay as
+loaded.
+
+``engram-eval run --questions FILE`` uses :func:`plan_replacement` (refuse a selected question
+the file lacks, or a file id the dataset lacks, unless ``--allow-missing``) and
+:func:`replace_texts` on the questions as they are streamed to the retriever.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +32,8 @@ def load_question_translations(path: str | Path) -> dict[str, str]:
     is not an object, a missing or non-string ``question_id`` / ``question``, an empty
     translation, or a duplicate ``question_id``.
     """
+    if str(path).endswith((".jsonl", ".jsonl.gz")):
+        return _from_list(path, _read_jsonl(path), record="line")
     data = read_json(path, "question_id")
     if isinstance(data, dict):
         return _from_mapping(path, data)
@@ -48,32 +56,63 @@ def _from_mapping(path: str | Path, data: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def _from_list(path: str | Path, data: list[Any]) -> dict[str, str]:
+def _read_jsonl(path: str | Path) -> list[Any]:
+    """The values of a JSONL file, one per line; a blank line is kept as a placeholder so
+    that a value's position is its line number minus one (errors name ``line N``)."""
+    import json
+
+    from engram_eval.data._jsonio import open_text
+
+    out: list[Any] = []
+    try:
+        with open_text(path) as f:
+            for n, line in enumerate(f, start=1):
+                if not line.strip():
+                    out.append(_BLANK)
+                    continue
+                try:
+                    out.append(json.loads(line))
+                except ValueError as e:
+                    raise DataError(path, f"line {n}", "(record)", f"not valid JSON: {e}"
+                                    ) from None
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise DataError(path, FILE_RECORD, ROOT_FIELD, f"cannot read file: {e}") from None
+    return out
+
+
+_BLANK = object()
+
+
+def _from_list(path: str | Path, data: list[Any], record: str = "index") -> dict[str, str]:
     out: dict[str, str] = {}
     first_at: dict[str, int] = {}
     for index, entry in enumerate(data):
+        if entry is _BLANK:
+            continue
+        if record == "line":
+            index += 1
         if not isinstance(entry, dict):
             raise DataError(
                 path,
-                f"index {index}",
+                f"{record} {index}",
                 "(record)",
                 f"expected an object, got {type(entry).__name__}",
             )
         qid = entry.get("question_id")
         if not isinstance(qid, str) or not qid:
             raise DataError(
-                path, f"index {index}", "question_id", "missing or not a non-empty string"
+                path, f"{record} {index}", "question_id", "missing or not a non-empty string"
             )
-        record = f"question_id={qid} (index {index})"
+        where = f"question_id={qid} ({record} {index})"
         if qid in first_at:
             raise DataError(
                 path,
-                record,
+                where,
                 "question_id",
-                f"duplicate question_id {qid!r}; first seen at index {first_at[qid]}",
+                f"duplicate question_id {qid!r}; first seen at {record} {first_at[qid]}",
             )
         first_at[qid] = index
-        _check_text(path, record, "question", entry.get("question"))
+        _check_text(path, where, "question", entry.get("question"))
         out[qid] = entry["question"]
     return out
 
@@ -113,3 +152,44 @@ def apply_translations(
         replace(q, question=mapping[q.question_id]) if q.question_id in mapping else q
         for q in questions
     )
+
+
+def plan_replacement(
+    mapping: Mapping[str, str],
+    dataset_ids: Iterable[str],
+    selected_ids: Iterable[str],
+    *,
+    allow_missing: bool = False,
+    source: str | Path = DEFAULT_SOURCE,
+) -> dict[str, int]:
+    """Check a ``--questions`` file against a run's questions and count what it replaces.
+
+    ``missing``: selected questions the file has no text for; ``unknown``: file ids that
+    are not questions of the dataset. Either one is a :class:`DataError` (naming the file and
+    the first ids) unless ``allow_missing``; then a missing question keeps its original text
+    and an unknown id is ignored. Returns ``{"entries", "replaced", "missing", "unknown"}``.
+    """
+    known = set(dataset_ids)
+    selected = list(selected_ids)
+    missing = [q for q in selected if q not in mapping]
+    unknown = [q for q in mapping if q not in known]
+    if not allow_missing:
+        for ids, what in ((unknown, "question id(s) in the file are not in the dataset"),
+                          (missing, "selected question(s) have no text in the file")):
+            if ids:
+                shown = ", ".join(repr(i) for i in ids[:5])
+                more = f" (and {len(ids) - 5} more)" if len(ids) > 5 else ""
+                raise DataError(source, f"question_id={ids[0]}", "question_id",
+                                f"{len(ids)} {what}: {shown}{more}; pass --allow-missing to "
+                                "keep the original text of missing questions and ignore "
+                                "unknown ids")
+    return {"entries": len(mapping), "replaced": len(selected) - len(missing),
+            "missing": len(missing), "unknown": len(unknown)}
+
+
+def replace_texts(questions: Iterable[Question], mapping: Mapping[str, str]
+                  ) -> Iterator[Question]:
+    """``questions`` as they come, each with its text replaced where ``mapping`` has its id
+    (lazy: a streamed dataset stays streamed)."""
+    for q in questions:
+        yield replace(q, question=mapping[q.question_id]) if q.question_id in mapping else q

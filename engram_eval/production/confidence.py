@@ -24,6 +24,19 @@
 The gate's cut-off (``min_confidence``, default 0.6) is a **relevance threshold, not a
 probability of correctness**: the calibration set is small and synthetic, and a returned
 memory is not checked for factual truth or completeness.
+
+* **Calibrated on real sessions** (``calibration_v3.json``, :class:`ContextCalibration`,
+  fitted by :mod:`engram_eval.production.calibrate_real` on the tuning parts of LongMemEval
+  and LoCoMo): a logistic score of absolute signals and per-question context
+  (:data:`engram_eval.production.features.FEATURES_V3`), mapped to a probability that the
+  memory is gold by an isotonic (or Platt) mapping fitted on out-of-fold scores:
+
+  ``z = intercept + sum_k w_k * x_k``; ``confidence = interp(z, iso_x, iso_y)`` (linear
+  between the isotonic steps, clipped at the ends: scikit-learn's ``IsotonicRegression``
+  with ``out_of_bounds="clip"``), or ``sigmoid(a * z + b)`` for Platt.
+
+  Stored as numbers, so search applies it without scikit-learn. Its recorded cut-off was
+  chosen on the tuning parts for a stated target (see the file).
 """
 
 from __future__ import annotations
@@ -73,12 +86,72 @@ class Calibration:
         return sigmoid(z)
 
 
-def load_calibration(path: str | Path) -> Calibration:
+@dataclass(frozen=True)
+class ContextCalibration:
+    """Calibration v3: a logistic score over :data:`~engram_eval.production.features.
+    FEATURES_V3` (coefficients in raw feature units), then the stored isotonic steps or Platt
+    pair. ``cutoff``: the cut-off chosen on the tuning parts (recorded, not applied here)."""
+
+    intercept: float
+    weights: tuple[float, ...]
+    mapping: str  # "isotonic" | "platt"
+    iso_x: tuple[float, ...]
+    iso_y: tuple[float, ...]
+    platt: tuple[float, float]
+    cutoff: float | None
+    embedding_sha256: str
+    settings: dict[str, Any]
+    path: str = ""
+    record: dict[str, Any] | None = None
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        return self.intercept + np.asarray(x, dtype=float) @ np.asarray(self.weights)
+
+    def map_scores(self, z: np.ndarray) -> np.ndarray:
+        z = np.asarray(z, dtype=float)
+        if self.mapping == "isotonic":
+            return np.interp(z, np.asarray(self.iso_x), np.asarray(self.iso_y))
+        a, b = self.platt
+        return 1.0 / (1.0 + np.exp(-(a * z + b)))
+
+    def confidences(self, x: np.ndarray) -> np.ndarray:
+        """Confidence of each row of features (one row per candidate)."""
+        return self.map_scores(self.scores(x))
+
+
+def _context_calibration(doc: dict[str, Any], p: Path) -> ContextCalibration:
+    from engram_eval.production.features import FEATURES_V3
+
+    if tuple(doc.get("features", ())) != FEATURES_V3:
+        raise ConfigError(f"{p}: a version-3 calibration must have features {list(FEATURES_V3)}")
+    try:
+        c = doc["coefficients"]
+        m = doc["mapping"]
+        iso = m.get("isotonic") or {}
+        platt = m.get("platt") or {}
+        return ContextCalibration(
+            float(c["intercept"]), tuple(float(c[f]) for f in FEATURES_V3), str(m["method"]),
+            tuple(float(v) for v in iso.get("x", ())), tuple(float(v) for v in iso.get("y", ())),
+            (float(platt.get("a", 1.0)), float(platt.get("b", 0.0))),
+            None if doc.get("cutoff") is None else float(doc["cutoff"]["value"]),
+            doc["embedding_model"]["sha256"], doc["settings"], str(p), doc)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"{p}: malformed version-3 calibration: {e!r}") from None
+
+
+def load_calibration(path: str | Path) -> Calibration | ContextCalibration:
     p = Path(path)
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise ConfigError(f"{p}: calibration file is not readable JSON: {e}") from None
+    if doc.get("kind") == CALIBRATION_KIND and doc.get("version") == 3:
+        cal = _context_calibration(doc, p)
+        if cal.mapping not in ("isotonic", "platt") or (
+                cal.mapping == "isotonic" and (len(cal.iso_x) < 1 or
+                                               len(cal.iso_x) != len(cal.iso_y))):
+            raise ConfigError(f"{p}: calibration mapping must be isotonic (with steps) or platt")
+        return cal
     if doc.get("kind") != CALIBRATION_KIND or tuple(doc.get("features", ())) != FEATURES:
         raise ConfigError(f"{p}: not a production calibration for features {list(FEATURES)}")
     c = doc["coefficients"]
@@ -86,7 +159,7 @@ def load_calibration(path: str | Path) -> Calibration:
                        doc["embedding_model"]["sha256"], doc["settings"], str(p), doc)
 
 
-def check_calibration(cal: Calibration, embedding_sha256: str, settings: dict[str, Any]) -> None:
+def check_calibration(cal: Calibration | ContextCalibration, embedding_sha256: str, settings: dict[str, Any]) -> None:
     """Refuse a calibration fitted for other model files or other retrieval settings."""
     if cal.embedding_sha256 != embedding_sha256:
         raise ConfigError(

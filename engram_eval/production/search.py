@@ -10,7 +10,9 @@ user sessions (their dense pieces and vectors as the store persisted them):
 2. Confidence (:mod:`.confidence`): the sigmoid of the cross-encoder logit of the memory text
    when a reranker is configured, else the calibrated logistic of absolute signals (the dense
    score, the query terms the memory holds, and the time feature: +1 inside the query's time
-   window, -1 outside, 0 without a window, a memory date, or the temporal step).
+   window, -1 outside, 0 without a window, a memory date, or the temporal step); with a
+   version-3 calibration (fitted on real sessions), its model of absolute signals and
+   per-question context (:mod:`.features`) over the candidates.
 3. Focused-excerpt retry: a long memory the gate rejects tries one focused excerpt
    (:func:`engram_eval.retrieval.passages.select_excerpt`, at most one per memory), whatever
    the other candidates scored; the larger confidence survives.
@@ -32,10 +34,12 @@ import numpy as np
 from engram_eval.io import package_root
 from engram_eval.production.confidence import (
     Calibration,
+    ContextCalibration,
     check_calibration,
     load_calibration,
     term_coverage,
 )
+from engram_eval.production.features import candidate_features
 from engram_eval.production.settings import DEFAULT_CALIBRATION, ProductionSettings
 from engram_eval.production.store import Memory
 from engram_eval.retrieval.models import ModelRef
@@ -81,7 +85,7 @@ class Engine:
         self.retriever = HybridRetriever(retrieval, name="production",
                                          vector_cache=vector_cache)
         self.vector_cache = vector_cache
-        self._calibration: Calibration | None = None
+        self._calibration: Calibration | ContextCalibration | None = None
 
     @property
     def embedding_ref(self) -> ModelRef:
@@ -109,7 +113,7 @@ class Engine:
             return package_root() / p
         return p
 
-    def calibration(self) -> Calibration:
+    def calibration(self) -> Calibration | ContextCalibration:
         """The offline calibration, checked against this engine's model files and settings."""
         if self._calibration is None:
             cal = load_calibration(self.calibration_path())
@@ -149,7 +153,11 @@ class Engine:
         if self.settings.rerank:
             d["confidence"] = "sigmoid(cross-encoder logit)"
         else:
-            d["confidence"] = "calibrated logistic of absolute signals (dense, terms, time)"
+            d["confidence"] = (
+                "calibrated model of absolute signals and per-question context "
+                "(calibration v3, real sessions)" if isinstance(self.calibration(),
+                                                                ContextCalibration)
+                else "calibrated logistic of absolute signals (dense, terms, time)")
             d["calibration"] = str(self.calibration_path())
         return d
 
@@ -214,6 +222,9 @@ def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[
             raw = engine.cross().raw_scores([(query, memories[i].text) for i in idxs])
             return {i: sigmoid(x) for i, x in zip(idxs, raw, strict=True)}
         assert cal is not None
+        if isinstance(cal, ContextCalibration):
+            conf = cal.confidences(candidate_features(query, sig, cands))
+            return {i: float(conf[cands.index(i)]) for i in idxs}
         return {i: cal.confidence([float(sig["dense"][i]), sig["terms"][i], sig["time"][i]])
                 for i in idxs}
 
@@ -244,8 +255,13 @@ def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[
                 ex_conf = {}
                 for i, v in zip(ids, vecs, strict=True):
                     cos = float(np.dot(v, sig["qvec"]))
-                    ex_conf[i] = cal.confidence([cos, term_coverage(query, excerpts[i].text),
-                                                 sig["time"][i]])
+                    ex_terms = term_coverage(query, excerpts[i].text)
+                    if isinstance(cal, ContextCalibration):  # the excerpt in its memory's place
+                        row = candidate_features(query, sig, cands,
+                                                 {i: {"dense": cos, "terms": ex_terms}})
+                        ex_conf[i] = float(cal.confidences(row)[cands.index(i)])
+                    else:
+                        ex_conf[i] = cal.confidence([cos, ex_terms, sig["time"][i]])
                     traces[i]["excerpt_dense"] = cos
             for i in ids:
                 ex = excerpts[i]

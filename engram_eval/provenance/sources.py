@@ -94,6 +94,7 @@ PRODUCTION_CORE_SOURCES: tuple[str, ...] = (
     "engram_eval/production/store.py",
     "engram_eval/production/search.py",
     "engram_eval/production/confidence.py",
+    "engram_eval/production/features.py",  # calibration v3's per-candidate features
     "engram_eval/production/fixture.py",
     "engram_eval/production/runner.py",
     "engram_eval/production/calibration_v2.json",  # DEFAULT_CALIBRATION
@@ -126,6 +127,18 @@ QA_ANSWER_SOURCES: tuple[str, ...] = (*_QA_CORE, "engram_eval/qa/answer.py",
                                       "engram_eval/qa/client.py")
 QA_JUDGE_SOURCES: tuple[str, ...] = (*_QA_CORE, "engram_eval/qa/judge.py",
                                      "engram_eval/qa/client.py", "engram_eval/qa/report.py")
+#: Besides a production run's files, what the selective-retrieval measurement of the
+#: confidence on real sessions executes (issue 18: benchmarks/production_retrieval/confidence.py).
+CONFIDENCE_EXTRA_SOURCES: tuple[str, ...] = (
+    "engram_eval/data/datasets.py",
+    "engram_eval/scoring/__init__.py",
+    "engram_eval/scoring/metrics.py",
+    "engram_eval/scoring/protocols.py",
+    "engram_eval/scoring/selective.py",
+    "engram_eval/production/sessions.py",
+    "engram_eval/production/calibrate_real.py",
+    "benchmarks/production_retrieval/confidence.py",
+)
 
 #: Imported by a run but provably unable to change a ranking, a row or a metric, so not
 #: hashed (editing them must not invalidate a resume or a frozen manifest). Path -> why.
@@ -170,6 +183,8 @@ FILE_GENERATORS: dict[str, str] = {
     # results/longmemeval_s_dev_rerank (scripts/publish_rerank.sh)
     "rerank_choice.json": "benchmarks/longmemeval/choose_rerank.py",
     "speed_rerank_tune30.json": "benchmarks/longmemeval/speed_rerank.py",
+    # results/longmemeval_s_dev (scripts/publish_memo.sh)
+    "speed_memo.json": "benchmarks/longmemeval/speed_memo.py",
     # results/structure (scripts/publish_structure.sh)
     "tuned_by_structure.yaml": "engram_eval/analysis/tune_parts.py",
     "tuned_by_structure.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
@@ -182,10 +197,18 @@ FILE_GENERATORS: dict[str, str] = {
     "abstention_locomo10.png": "benchmarks/production_retrieval/abstention_sweep.py",
     # results/longmemeval_s_dev_context (PROVENANCE.md, "From retrieval to answers")
     "context_tokens.json": "benchmarks/longmemeval/context_tokens.py",
+    # results/confidence (scripts/publish_confidence.sh, issue 18)
+    "calibration_v3_chat.report.json": "benchmarks/production_retrieval/confidence.py",
+    "calibration_v3_chat.report.png": "benchmarks/production_retrieval/confidence.py",
+    "calibration_v3_people.report.json": "benchmarks/production_retrieval/confidence.py",
+    "calibration_v3_people.report.png": "benchmarks/production_retrieval/confidence.py",
 }
 #: Derived file name suffix -> its generator (frozen manifests, ``*.frozen.json``).
 SUFFIX_GENERATORS: dict[str, str] = {
     ".frozen.json": "engram_eval/provenance/frozen.py",
+    # a selective-retrieval measurement of the confidence and its figure (issue 18)
+    ".selective.json": "benchmarks/production_retrieval/confidence.py",
+    ".selective.png": "benchmarks/production_retrieval/confidence.py",
     # a trained reranker's model card (train-reranker; the weights are not published)
     ".card.json": "engram_eval/analysis/train_reranker.py",
 }
@@ -205,6 +228,12 @@ def production_sources(retrieval_sources: Iterable[str]) -> list[str]:
     """The files hashed into a production manifest: the production core + the retrieval
     pipeline's list (:data:`engram_eval.retrieval.sources.PIPELINE_SOURCES`)."""
     return _unique([*PRODUCTION_CORE_SOURCES, *retrieval_sources])
+
+
+def confidence_sources(retrieval_sources: Iterable[str]) -> list[str]:
+    """The files hashed into a confidence measurement's manifest: a production run's files
+    plus :data:`CONFIDENCE_EXTRA_SOURCES`."""
+    return _unique([*production_sources(retrieval_sources), *CONFIDENCE_EXTRA_SOURCES])
 
 
 def derived_sources(command: str) -> list[str]:

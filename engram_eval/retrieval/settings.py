@@ -55,7 +55,10 @@ LEGACY_VALUES: dict[str, Any] = {"people_overrides": {}, "rerank_unit": "passage
 
 #: CLI/argument-group order (stages of the pipeline).
 GROUPS = ("selection", "dense", "lexical", "fusion", "temporal", "rerank", "coverage",
-          "runtime")
+          "memo", "runtime")
+#: Groups whose fields only the retriever of that name reads: they are recorded (config and
+#: fingerprint) only in that retriever's runs, so other runs' sidecars stay as they were.
+RETRIEVER_GROUPS = {"memo": "memo-lexical"}
 #: The production gate's fields (:class:`engram_eval.production.settings.ProductionSettings`)
 #: are declared with this group; runs have no such field.
 GATE_GROUP = "gate"
@@ -307,6 +310,59 @@ class RetrievalSettings:
         """What the question trace records under ``fusion``."""
         return {"method": self.fusion, "normalisation": self.normalisation,
                 "weights": self.weights(), "k": self.rrf_k}
+
+
+#: Stopword lists of ``memo_stopwords`` (the words: :mod:`engram_eval.retrieval.memo_lexical`).
+MEMO_STOPWORD_LISTS = ("memo-en-v1", "memo-en-narrow", "none")
+
+
+@dataclass(frozen=True)
+class MemoLexicalSettings:
+    """The settings of the ``memo-lexical`` retriever (what each one chooses:
+    :mod:`engram_eval.retrieval.memo_lexical`'s docstring). Kept here, beside the other
+    retrieval settings, so that a run configuration can inherit them without importing that
+    backend (it stays out of other runs' hashed sources).
+    :class:`engram_eval.runs.config.RunConfig` inherits these fields, so they are YAML keys
+    and ``--memo-*`` flags of ``run`` and are recorded in a memo-lexical run's sidecar."""
+
+    memo_limit: int = _f(10, "sessions Memo returns (phrase hits, then weighted hits); also "
+                         "the phrase step's page", group="memo", lo=1, hi=10000)
+    memo_page_min: int = _f(8, "each token/pair phrase keeps its top max(memo_limit, this) "
+                            "sessions", group="memo", lo=1, hi=10000)
+    memo_window: int = _f(8, "question tokens searched (content words first, stopwords fill "
+                          "the rest)", group="memo", lo=1, hi=64)
+    memo_window_order: str = _f("priority", "order of the window that pairs are taken from: "
+                                "priority (content words, then the stopwords) or question "
+                                "(question order)", group="memo",
+                                choices=("priority", "question"))
+    memo_stopwords: str = _f("memo-en-v1", "stopword list of the content-first window",
+                             group="memo", choices=MEMO_STOPWORD_LISTS)
+    memo_min_token_chars: int = _f(2, "shortest non-Han question token kept (code points)",
+                                   group="memo", lo=1, hi=64)
+    memo_cjk_min_run: int = _f(2, "shortest run of Han characters kept as a token",
+                               group="memo", lo=1, hi=64)
+    memo_pair_weight: str = _f("string", "weight of a pair phrase: string = len('a b') "
+                               "(tokens and the space), tokens = len(a) + len(b)",
+                               group="memo", choices=("string", "tokens"))
+    memo_event_text: str = _f("content", "what an event's FTS5 row holds: content (the turn's "
+                              "text) or speaker (\"<role or speaker name>: <text>\")",
+                              group="memo", choices=("content", "speaker"))
+    memo_tokenizer: str = _f("unicode61", "FTS5 tokenizer of the event index",
+                             group="memo", choices=("unicode61", "ascii", "porter unicode61"))
+
+    def __post_init__(self) -> None:
+        if type(self) is MemoLexicalSettings:
+            check_fields(self)
+
+    @classmethod
+    def from_config(cls, config: Any) -> MemoLexicalSettings:
+        """The memo settings of ``config`` (any object with these attribute names)."""
+        names = [f.name for f in fields(cls)]
+        return cls(**{n: getattr(config, n) for n in names if hasattr(config, n)})
+
+    def describe(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
 
 
 def describe_settings(settings: RetrievalSettings) -> dict[str, Any]:

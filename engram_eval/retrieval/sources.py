@@ -45,3 +45,9 @@ FLAT_BM25_SOURCES: tuple[str, ...] = (*_COMMON, "engram_eval/retrieval/bm25.py")
 
 #: ``dummy`` (:class:`engram_eval.retrieval.dummy.DummyRetriever`).
 DUMMY_SOURCES: tuple[str, ...] = (*_COMMON, "engram_eval/retrieval/dummy.py")
+
+#: ``memo-lexical`` (:class:`engram_eval.retrieval.memo_lexical.MemoLexical`; its session
+#: dates are read with :mod:`.temporal`'s parser when they are not in either dataset's layout).
+MEMO_LEXICAL_SOURCES: tuple[str, ...] = (*_COMMON, "engram_eval/retrieval/memo_lexical.py",
+                                         "engram_eval/retrieval/settings.py",
+                                         "engram_eval/retrieval/temporal.py")

@@ -16,19 +16,38 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError
-from engram_eval.retrieval.settings import GROUPS, RetrievalSettings, _f, short_repr
+from engram_eval.retrieval.settings import (
+    GROUPS,
+    RETRIEVER_GROUPS,
+    MemoLexicalSettings,
+    RetrievalSettings,
+    _f,
+    short_repr,
+)
 from engram_eval.scoring.protocols import PROTOCOLS
 
 
 @dataclass(frozen=True)
-class RunConfig(RetrievalSettings):
+class RunConfig(RetrievalSettings, MemoLexicalSettings):
     """Every setting of a retrieval run: the retrieval settings it inherits
     (:class:`~engram_eval.retrieval.settings.RetrievalSettings`, same field names, YAML keys
-    and CLI flags) plus the selection and runtime settings of the run itself. Validated on
-    construction, like its retrieval part."""
+    and CLI flags), the ``memo-lexical`` settings
+    (:class:`~engram_eval.retrieval.settings.MemoLexicalSettings`, recorded only in runs
+    of that retriever: :data:`~engram_eval.retrieval.settings.RETRIEVER_GROUPS`) plus the
+    selection and runtime settings of the run itself. Validated on construction, like its
+    retrieval part."""
 
-    retriever: str = _f("hybrid", "retrieval backend: hybrid, dense, bm25, flat-bm25, dummy",
-                        group="selection")
+    retriever: str = _f("hybrid", "retrieval backend: hybrid, dense, bm25, flat-bm25, "
+                        "memo-lexical, dummy", group="selection")
+    questions: str = _f("", "JSON/JSONL file of {question_id, question} (e.g. translated "
+                        "questions): each selected question's text is replaced by its "
+                        "question_id; the haystack stays. Its sha256 is recorded in the "
+                        "fingerprint (selection.questions), not its path", group="selection",
+                        fingerprint=False)
+    allow_missing: bool = _f(False, "with --questions: keep the original text of selected "
+                             "questions the file lacks and ignore file ids the dataset "
+                             "lacks (both counted in the sidecar) instead of refusing",
+                             group="selection", fingerprint=False)
     dataset_format: str = _f("auto", "dataset layout", group="selection",
                              choices=("auto", "longmemeval", "locomo"))
     protocols: list[str] = _f([], "scoring protocols (empty: answerable, official, "
@@ -85,12 +104,20 @@ class RunConfig(RetrievalSettings):
         self._validate()
         return self
 
+    def _recorded(self, f: dataclasses.Field[Any]) -> bool:
+        """A field of another retriever's group (``memo_*`` outside memo-lexical runs) is
+        not recorded: it cannot change the ranking, and runs keep the sidecars they had."""
+        owner = RETRIEVER_GROUPS.get(f.metadata["group"])
+        return owner is None or owner == self.retriever
+
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        whole = dataclasses.asdict(self)
+        return {f.name: whole[f.name] for f in fields(self) if self._recorded(f)}
 
     def fingerprint_part(self) -> dict[str, Any]:
         """The fields that define the run (see module docstring)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata["fingerprint"]}
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.metadata["fingerprint"] and self._recorded(f)}
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, source: str = "config") -> RunConfig:
@@ -272,6 +299,8 @@ _GROUP_HELP = {
     "temporal": "the question's time window",
     "rerank": "cross-encoder rerank and passage fallback",
     "coverage": "prior-leader coverage after a rerank",
+    "memo": "memo-lexical: Memo's session search on SQLite FTS5 (only that retriever reads "
+            "these)",
     "runtime": "caches, batches, threads (not part of the fingerprint)",
 }
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +36,11 @@ from engram_eval.data.datasets import (
     resolve_format,
     select,
     select_ids,
+)
+from engram_eval.data.translations import (
+    load_question_translations,
+    plan_replacement,
+    replace_texts,
 )
 from engram_eval.errors import ConfigError, DataError, ProvenanceError, StorageError
 from engram_eval.io import atomic_write, dump_json, sha256_file, storage_errors
@@ -159,6 +164,7 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
     meta = build_metadata(dataset_path=dataset, dataset_sha256=sha256_file(dataset),
                           dataset_format=fmt, retriever=retriever, config=config,
                           protocols=protocols, selected_ids=ids)
+    texts = _question_texts(config, meta, source.ids, all_ids)  # --questions FILE (all shards alike)
     source.check_unchanged()  # the hashed bytes are the validated ones
     meta = apply_to_metadata(meta, all_ids, parse_shard(config.shard))
     # Frozen-source checks (engram_eval.provenance.frozen), before any model is loaded.
@@ -190,7 +196,8 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
             # anything (even the torn-line repair) is written.
             kept = {r["question_id"] for r in scan.rows}
             check_kept_rows(output, scan.rows,
-                            source.iter_questions([i for i in source.ids if i in kept]),
+                            replace_texts(source.iter_questions(
+                                [i for i in source.ids if i in kept]), texts),
                             protocols)
             if scan.torn_bytes:
                 truncate_torn_tail(output, scan.torn_bytes)
@@ -210,17 +217,42 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
         fingerprint = meta["fingerprint"]
     try:
         return _loop(config, retriever, source, ids, done, protocols, meta, fingerprint, output,
-                     resume, repaired, started_wall=t_start, command=command, dates=dates)
+                     resume, repaired, started_wall=t_start, command=command, dates=dates,
+                     texts=texts)
     finally:
         lock.close()
+
+
+def _question_texts(config: RunConfig, meta: dict[str, Any], dataset_ids: Sequence[str],
+                    ids: Sequence[str]) -> dict[str, str]:
+    """``--questions FILE``: the replacement texts by question id (empty without the
+    option), checked against the dataset and the selection
+    (:func:`engram_eval.data.translations.plan_replacement`); the file's sha256, name and
+    counts go into the fingerprinted ``selection.questions`` of ``meta`` (absent without the
+    option, so other runs' fingerprints do not change)."""
+    if not config.questions:
+        if config.allow_missing:
+            raise ConfigError("--allow-missing goes with --questions FILE")
+        return {}
+    from engram_eval.provenance.sidecar import fingerprint_of
+
+    path = Path(config.questions)
+    texts = load_question_translations(path)
+    counts = plan_replacement(texts, dataset_ids, ids, allow_missing=config.allow_missing,
+                              source=path)
+    meta["selection"]["questions"] = {"name": path.name, "sha256": sha256_file(path),
+                                      "allow_missing": config.allow_missing, **counts}
+    meta["fingerprint"] = fingerprint_of(meta)
+    return texts
 
 
 def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[str],
           done: set[str], protocols: list[str], meta: dict[str, Any], fingerprint: str,
           output: Path, resume: bool, repaired: bool, *, started_wall: float,
-          command: Sequence[str] | None, dates: dict[str, int] | None = None) -> RunOutcome:
+          command: Sequence[str] | None, dates: dict[str, int] | None = None,
+          texts: Mapping[str, str] | None = None) -> RunOutcome:
     # One question at a time (a streamed second pass for LongMemEval), in selection order.
-    todo = source.iter_questions([i for i in ids if i not in done])
+    todo = replace_texts(source.iter_questions([i for i in ids if i not in done]), texts or {})
     started = datetime.now(UTC).isoformat(timespec="seconds")
     n_written = 0
     finished = False

@@ -226,7 +226,8 @@ def check_kept_rows(path: str | Path, rows: Sequence[Mapping[str, Any]],
 def verify(result: str | Path, dataset: str | Path | None = None, *,
            sources_at: str | None = None, repo: str | Path | None = None,
            questions: Mapping[str, Question] | None = None, rerun: int = 0,
-           rerun_seed: int | None = None) -> VerifyReport:
+           rerun_seed: int | None = None,
+           questions_file: str | Path | None = None) -> VerifyReport:
     """Recompute and re-check everything a published run claims (see the module docstring).
 
     The recorded source hashes are compared with the installed package, or with the files
@@ -234,7 +235,9 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
     package) for a run published before later code changes. ``questions``: the questions of
     ``dataset`` already loaded (``merge`` loads them once for every shard). ``rerun`` K > 0:
     re-rank K questions sampled with ``random.Random(rerun_seed)`` (a fresh seed when None,
-    printed) and require the recorded rankings and scores (:func:`check_rerun`)."""
+    printed) and require the recorded rankings and scores (:func:`check_rerun`).
+    ``questions_file``: the ``--questions`` file of a run that replaced question texts
+    (``selection.questions``), checked by sha256 and applied to the re-ranked questions."""
     result = Path(result)
     rep = VerifyReport()
     try:
@@ -321,6 +324,23 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
         rep.add("summary recomputed from rows", False, f"{spath} is missing")
     _check_sources(rep, meta["sources"], sources_at, repo)
     if rerun:
+        replaced = meta["selection"].get("questions")
+        if replaced and questions:
+            name = rerun_name(min(rerun, len(ids)), rerun_seed if rerun_seed is not None else 0)
+            if questions_file is None:
+                rep.skip(name, f"the run replaced question texts from {replaced['name']} "
+                         f"(sha256 {replaced['sha256'][:16]}…): pass that file with "
+                         "--questions to re-rank")
+                return rep
+            digest = sha256_file(questions_file)
+            if digest != replaced["sha256"]:
+                rep.add(name, False, f"{questions_file} has sha256 {digest[:16]}…, the run "
+                        f"used {replaced['sha256'][:16]}…")
+                return rep
+            from engram_eval.data.translations import load_question_translations, replace_texts
+
+            texts = load_question_translations(questions_file)
+            questions = {q.question_id: q for q in replace_texts(questions.values(), texts)}
         check_rerun(rep, meta, rows, questions, rerun, rerun_seed)
     return rep
 

@@ -1,0 +1,484 @@
+"""Calibration of the production confidence on real sessions (calibration v3), and its
+measurement as selective retrieval.
+
+**Data.** The session-level gate (:mod:`engram_eval.production.sessions`: each question's
+haystack sessions as its memories) over *tuning parts only* -- the tune part of the
+LongMemEval dev split (its ``_abs`` questions included) and the tune conversations of a
+LoCoMo split by conversation. A file whose content is a known held-out part is refused
+(:func:`engram_eval.provenance.heldout.find_heldout`, or its split marker). Per question, its
+candidates (the first ``candidates`` memories of the pipeline's ranking) with the features of
+:mod:`engram_eval.production.features`; label 1 when the memory is gold (never for an
+unanswerable question). Gold is read only to label, after the features are computed.
+
+**Fit** (scikit-learn, imported lazily):
+
+1. Scores: ``StandardScaler`` + ``LogisticRegression`` (L2, ``C``, lbfgs) on every
+   (question, candidate) pair; its coefficients are stored in raw feature units (the
+   scaling folded in).
+2. Mapping to a probability: an *explicit* cross-fit, not ``CalibratedClassifierCV``
+   (which cannot keep a question's or a conversation's pairs in one fold):
+   ``GroupKFold`` (``folds``; groups = LongMemEval question, LoCoMo conversation) gives
+   out-of-fold scores; an ``IsotonicRegression`` (``out_of_bounds="clip"``) -- or a Platt
+   logistic of the score -- is fitted on them. ``calibrate_on="top"`` fits it on each
+   question's top candidate only (label: the top result is right), ``"pairs"`` on every pair.
+   The final score model is refitted on all pairs (``CalibratedClassifierCV``'s
+   ``ensemble=False`` scheme, with groups).
+3. Cut-off: on the tuning parts' out-of-fold confidences, the smallest cut-off on a 0.01
+   grid at which, on *every* tuning part, at least ``target_precision`` of the returned top
+   results are gold (a question returns a top result when its top confidence >= cut-off;
+   unanswerable questions that return one count as wrong) and at least ``min_returned``
+   questions return one. When no cut-off does, the one with the highest such rate (on the
+   worst part) among those where every part returns at least ``min_returned`` questions,
+   and the file says the target was not reached.
+
+The calibration file records the data (file names, sha256, counts, a hash of every
+(question, memory, label)), the settings, the model files' hash, the fitted numbers, the
+model's hash, the cut-off with its target and the tuning-part (out-of-fold) metrics. It is
+deterministic (no timestamps). Search applies it with numpy only
+(:class:`engram_eval.production.confidence.ContextCalibration`).
+
+**Measurement** (:func:`measure`): the packaged search under that calibration over a part's
+questions; per question its top result (highest confidence, ties in ranking order), whether
+it is right, and the selective-retrieval metrics of :mod:`engram_eval.scoring.selective`
+with bootstrap intervals over questions.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engram_eval.errors import ConfigError, ProvenanceError
+from engram_eval.io import sha256_file, sha256_json
+from engram_eval.production.confidence import CALIBRATION_KIND
+from engram_eval.production.features import FEATURES_V3, candidate_features
+from engram_eval.production.search import Engine, memory_signals
+from engram_eval.production.sessions import search_all, session_questions
+from engram_eval.scoring import selective as S
+
+FORMULA = ("z = intercept + sum_k w_k * x_k over features; confidence = interp(z, "
+           "isotonic.x, isotonic.y) (clipped at the ends), or sigmoid(platt.a * z + platt.b)")
+
+
+def _sklearn() -> Any:
+    try:
+        import sklearn  # noqa: F401
+    except ImportError:
+        raise ConfigError("the calibration on real sessions needs scikit-learn: pip install "
+                          "'scikit-learn>=1.3' (a dependency of engram-eval)") from None
+    import sklearn.isotonic
+    import sklearn.linear_model
+    import sklearn.model_selection
+    import sklearn.pipeline
+    import sklearn.preprocessing
+
+    return sklearn
+
+
+@dataclass
+class PartData:
+    """One tuning part's candidates: per question its id, group, labels and feature rows."""
+
+    label: str
+    path: str
+    sha256: str
+    fmt: str
+    records: list[dict[str, Any]]
+    selection: dict[str, Any] | None = None
+
+    @property
+    def questions(self) -> int:
+        return len(self.records)
+
+
+def group_of(question_id: str, fmt: str) -> str:
+    """The cross-fit group: the conversation on LoCoMo (``conv-26:q0`` -> ``conv-26``), the
+    question elsewhere."""
+    return question_id.split(":", 1)[0] if fmt == "locomo" else question_id
+
+
+def refuse_heldout(path: str | Path) -> None:
+    from engram_eval.provenance.frozen import heldout_marker
+    from engram_eval.provenance.heldout import find_heldout
+
+    if heldout_marker(path) is not None:
+        raise ProvenanceError(f"{path}: a held-out part (its split marker says so); the "
+                              "calibration is fitted on tuning parts only")
+    m = find_heldout(path)
+    if m is not None:
+        raise ProvenanceError(f"{path}: a held-out part ({m.describe()}); the calibration is "
+                              "fitted on tuning parts only")
+
+
+def select(questions: Sequence[Any], *, max_questions: int | None = None,
+           every: int | None = None) -> list[Any]:
+    """The questions a fit reads: the first ``max_questions``; with ``every`` = K, every
+    unanswerable question (LongMemEval ``_abs``, LoCoMo category 5) and every K-th of the
+    others, in file order (a part too slow to encode whole on a small machine)."""
+    qs = list(questions)[:max_questions] if max_questions else list(questions)
+    if not every or every <= 1:
+        return qs
+    out, k = [], 0
+    for q in qs:
+        if q.is_abstention or q.get_extra("adversarial"):
+            out.append(q)
+        else:
+            if k % every == 0:
+                out.append(q)
+            k += 1
+    return out
+
+
+def extract(engine: Engine, label: str, path: str | Path, *, max_questions: int | None = None,
+            every: int | None = None, check_heldout: bool = True,
+            on_question: Callable[[int], None] | None = None) -> PartData:
+    """Features and labels of every taking-part question of ``path`` (a tuning part)."""
+    from engram_eval.data.datasets import load_questions, resolve_format
+
+    if check_heldout:
+        refuse_heldout(path)
+    fmt = resolve_format(path, "auto")
+    _, qs = load_questions(path, fmt)
+    qs = select(qs, max_questions=max_questions, every=every)
+    k = engine.settings.candidates
+    records = []
+    for n, sq in enumerate(session_questions(engine, qs, fmt)):
+        q = sq.question
+        sig = memory_signals(engine, q.question, q.question_date, sq.memories, sq.pieces,
+                             sq.vectors)
+        cands = sig["order"][:k]
+        x = candidate_features(q.question, sig, cands)
+        ids = [sq.memories[i].id for i in cands]
+        gold = set(sq.gold)  # read only now, to label
+        records.append({"question_id": q.question_id, "group": group_of(q.question_id, fmt),
+                        "unanswerable": sq.unanswerable, "gold": sorted(gold),
+                        "candidates": ids, "x": x,
+                        "y": np.asarray([1.0 if i in gold else 0.0 for i in ids])})
+        if on_question is not None:
+            on_question(n)
+    return PartData(label, Path(path).name, sha256_file(path), fmt, records,
+                    {"max_questions": max_questions, "every": every})
+
+
+def _pairs(parts: Sequence[PartData]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple]]:
+    xs, ys, groups, index = [], [], [], []
+    for pi, part in enumerate(parts):
+        for qi, r in enumerate(part.records):
+            for ci in range(len(r["candidates"])):
+                xs.append(r["x"][ci])
+                ys.append(r["y"][ci])
+                groups.append(f"{part.label}/{r['group']}")
+                index.append((pi, qi, ci))
+    x = np.asarray(xs, dtype=float).reshape(len(xs), len(FEATURES_V3))
+    return x, np.asarray(ys, dtype=float), np.asarray(groups), index
+
+
+def _score_model(C: float) -> Any:
+    sk = _sklearn()
+    return sk.pipeline.make_pipeline(
+        sk.preprocessing.StandardScaler(),
+        sk.linear_model.LogisticRegression(C=C, max_iter=2000))
+
+
+def _raw_coefficients(model: Any) -> tuple[float, np.ndarray]:
+    """The pipeline's decision function as ``b + w . x`` in raw feature units."""
+    scaler, lr = model[0], model[-1]
+    scale = np.where(scaler.scale_ == 0, 1.0, scaler.scale_)
+    w = lr.coef_[0] / scale
+    b = float(lr.intercept_[0] - np.sum(lr.coef_[0] * scaler.mean_ / scale))
+    return b, w
+
+
+def _top(records: list[dict[str, Any]], conf: list[np.ndarray]) -> list[dict[str, Any]]:
+    """Per question: its top candidate by confidence (ties: ranking order), whether right."""
+    out = []
+    for r, c in zip(records, conf, strict=True):
+        if not len(c):
+            out.append({"question_id": r["question_id"], "unanswerable": r["unanswerable"],
+                        "top": None, "confidence": 0.0, "correct": 0})
+            continue
+        i = int(np.argmax(c))  # first maximum: ranking order on ties
+        right = (not r["unanswerable"]) and r["candidates"][i] in r["gold"]
+        out.append({"question_id": r["question_id"], "unanswerable": r["unanswerable"],
+                    "top": r["candidates"][i], "confidence": float(c[i]),
+                    "correct": int(right)})
+    return out
+
+
+def at_cutoff(top: Sequence[dict[str, Any]], cut: float) -> dict[str, Any]:
+    """What the gate does at ``cut`` with each question's top result."""
+    ans = [t for t in top if not t["unanswerable"]]
+    una = [t for t in top if t["unanswerable"]]
+    ret = [t for t in top if t["confidence"] >= cut]
+    acc = [t for t in ans if t["confidence"] >= cut]
+    return {"cutoff": cut, "questions": len(top), "answerable": len(ans),
+            "unanswerable": len(una), "returned": len(ret),
+            "returned_top_gold_rate": (sum(t["correct"] for t in ret) / len(ret)
+                                       if ret else None),
+            "answerable_returned_rate": len(acc) / len(ans) if ans else None,
+            "answerable_top_gold_rate": (sum(t["correct"] for t in acc) / len(ans)
+                                         if ans else None),
+            "unanswerable_abstained_rate": (sum(1 for t in una if t["confidence"] < cut)
+                                            / len(una) if una else None)}
+
+
+def choose_cutoff(tops: dict[str, list[dict[str, Any]]], target: float,
+                  min_returned: int = 20) -> dict[str, Any]:
+    """The smallest cut-off on the 0.01 grid meeting ``target`` on every part (module
+    docstring); the table of every part at it."""
+    grid = [round(0.01 * i, 2) for i in range(1, 100)]
+    for c in grid:
+        rows = {k: at_cutoff(v, c) for k, v in tops.items()}
+        if all(r["returned"] >= min_returned and r["returned_top_gold_rate"] is not None
+               and r["returned_top_gold_rate"] >= target for r in rows.values()):
+            return {"value": c, "met_on_tuning_parts": True, "at_cutoff": rows}
+    # unreachable: the cut-off with the highest worst-part rate among those where every part
+    # returns at least min_returned questions (the smallest such cut-off on ties)
+    best, best_rate = grid[-1], -1.0
+    for c in grid:
+        rows = {k: at_cutoff(v, c) for k, v in tops.items()}
+        if all(r["returned"] >= min_returned for r in rows.values()):
+            rate = min(r["returned_top_gold_rate"] or 0.0 for r in rows.values())
+            if rate > best_rate:
+                best, best_rate = c, rate
+    return {"value": best, "met_on_tuning_parts": False,
+            "fallback": "target not reached on every tuning part: the cut-off with the "
+                        "highest returned-top-gold rate (worst part) among those where every "
+                        f"part returns at least {min_returned} questions",
+            "at_cutoff": {k: at_cutoff(v, best) for k, v in tops.items()}}
+
+
+def summarise(top: Sequence[dict[str, Any]], *, bins: int = 15) -> dict[str, Any]:
+    conf = [t["confidence"] for t in top]
+    corr = [t["correct"] for t in top]
+    rel = S.reliability(conf, corr, bins)
+    return {"n": len(top), "correct": int(sum(corr)), "ece": rel["ece"],
+            "brier": S.brier(conf, corr), "auroc": S.auroc(conf, corr),
+            "aurc": S.aurc(conf, corr), "reliability": rel["bins"]}
+
+
+def fit(parts: Sequence[PartData], engine: Engine, *, folds: int = 5, C: float = 1.0,
+        mapping: str = "isotonic", calibrate_on: str = "top", target_precision: float = 0.9,
+        min_returned: int = 20, bins: int = 15) -> dict[str, Any]:
+    """Fit calibration v3 on ``parts`` (module docstring). Returns the calibration document."""
+    if mapping not in ("isotonic", "platt") or calibrate_on not in ("top", "pairs"):
+        raise ConfigError("mapping is isotonic or platt; calibrate_on is top or pairs")
+    if engine.settings.excerpt_retry:
+        raise ConfigError("calibration v3 is fitted on whole memories: set excerpt_retry "
+                          "false (the excerpt retry would raise confidences it never saw)")
+    sk = _sklearn()
+    x, y, groups, index = _pairs(parts)
+    if len(set(y.tolist())) < 2:
+        raise ConfigError("the tuning parts need both gold and non-gold candidates")
+    z_oof = np.zeros(len(y))
+    for tr, te in sk.model_selection.GroupKFold(n_splits=folds).split(x, y, groups):
+        z_oof[te] = _score_model(C).fit(x[tr], y[tr]).decision_function(x[te])
+    final = _score_model(C).fit(x, y)
+    b, w = _raw_coefficients(final)
+
+    def per_question(values: np.ndarray) -> list[list[np.ndarray]]:
+        out: list[list[list[float]]] = [[[] for _ in p.records] for p in parts]
+        for (pi, qi, _), v in zip(index, values, strict=True):
+            out[pi][qi].append(float(v))
+        return [[np.asarray(v) for v in qs] for qs in out]
+
+    z_q = per_question(z_oof)
+    if calibrate_on == "top":
+        tz, ty = [], []
+        for part, zs in zip(parts, z_q, strict=True):
+            for t, zq in zip(_top(part.records, zs), zs, strict=True):
+                if len(zq):
+                    tz.append(float(zq.max()))
+                    ty.append(float(t["correct"]))
+        cal_z, cal_y = np.asarray(tz), np.asarray(ty)
+    else:
+        cal_z, cal_y = z_oof, y
+    doc_map: dict[str, Any] = {"method": mapping, "fitted_on": calibrate_on,
+                               "points": int(len(cal_y)), "positives": int(cal_y.sum())}
+    if mapping == "isotonic":
+        iso = sk.isotonic.IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0)
+        iso.fit(cal_z, cal_y)
+        ix, iy = iso.X_thresholds_.tolist(), iso.y_thresholds_.tolist()
+        doc_map["isotonic"] = {"x": [round(v, 10) for v in ix], "y": [round(v, 10) for v in iy]}
+    else:
+        pl = sk.linear_model.LogisticRegression(C=1e6, max_iter=2000)
+        pl.fit(cal_z.reshape(-1, 1), cal_y)
+        doc_map["platt"] = {"a": round(float(pl.coef_[0][0]), 10),
+                            "b": round(float(pl.intercept_[0]), 10)}
+
+    def fmap(z: np.ndarray) -> np.ndarray:  # the stored numbers, as search applies them
+        if mapping == "isotonic":
+            return np.interp(z, np.asarray(doc_map["isotonic"]["x"]),
+                             np.asarray(doc_map["isotonic"]["y"]))
+        return 1.0 / (1.0 + np.exp(-(doc_map["platt"]["a"] * z + doc_map["platt"]["b"])))
+    conf_q = [[fmap(zq) for zq in zs] for zs in z_q]
+    tops = {p.label: _top(p.records, cq) for p, cq in zip(parts, conf_q, strict=True)}
+    cut = choose_cutoff(tops, target_precision, min_returned)
+    coefficients = {"intercept": round(b, 10),
+                    **{f: round(float(v), 10) for f, v in zip(FEATURES_V3, w, strict=True)}}
+    model = {"features": list(FEATURES_V3), "coefficients": coefficients, "mapping": doc_map}
+    ref = engine.embedding_ref
+    import sklearn
+
+    return {
+        "kind": CALIBRATION_KIND, "version": 3, "features": list(FEATURES_V3),
+        "formula": FORMULA, "coefficients": coefficients, "mapping": doc_map,
+        "model_sha256": sha256_json(model),
+        "cutoff": {"value": cut["value"], "target": {
+            "returned_top_gold_rate_at_least": target_precision,
+            "on": "every tuning part (out-of-fold confidences)",
+            "min_questions_returning": min_returned},
+            "met_on_tuning_parts": cut["met_on_tuning_parts"],
+            "rule": "smallest cut-off on a 0.01 grid meeting the target on every tuning part",
+            "at_cutoff": cut["at_cutoff"]},
+        "fit": {"library": f"scikit-learn {sklearn.__version__}",
+                "score_model": f"StandardScaler + LogisticRegression(C={C}, L2, lbfgs) on "
+                               "every (question, candidate) pair; coefficients stored in raw "
+                               "feature units",
+                "mapping": f"{mapping} on out-of-fold scores ({calibrate_on}); explicit "
+                           f"GroupKFold({folds}) cross-fit by question (LongMemEval) / "
+                           "conversation (LoCoMo), final score model refitted on all pairs "
+                           "(CalibratedClassifierCV ensemble=False, with groups)",
+                "folds": folds, "C": C, "label": "memory is gold (never for an "
+                "unanswerable question)",
+                "candidates_per_question": engine.settings.candidates},
+        "data": [{"part": p.label, "file": p.path, "sha256": p.sha256, "format": p.fmt,
+                  "questions": p.questions, "selection": p.selection,
+                  "unanswerable": sum(1 for r in p.records if r["unanswerable"]),
+                  "pairs": int(sum(len(r["candidates"]) for r in p.records)),
+                  "positives": int(sum(r["y"].sum() for r in p.records)),
+                  "pairs_sha256": sha256_json([[r["question_id"], r["candidates"],
+                                                r["y"].astype(int).tolist()]
+                                               for r in p.records])} for p in parts],
+        "embedding_model": {"name": engine.settings.embedding_model, "sha256": ref.sha256,
+                            "revision": ref.revision},
+        "settings": engine.settings.retrieval_part(),
+        "tuning_parts_out_of_fold": {p.label: summarise(tops[p.label], bins=bins)
+                                     for p in parts},
+        "note": "confidence = estimated probability that the returned memory is gold, fitted "
+                "on real sessions of tuning parts; the cut-off was chosen there for the "
+                "stated target. Not a check that the memory is true or complete.",
+    }
+
+
+# --------------------------------------------------------------------------- measurement
+
+
+def measure(engine: Engine, path: str | Path, *, cutoff: float, bins: int = 15,
+            resamples: int = 2000, seed: int = 0, max_questions: int | None = None,
+            on_question: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """The gate under ``engine``'s calibration over ``path``: per-question top results and
+    the selective-retrieval metrics with bootstrap intervals (module docstring)."""
+    from engram_eval.data.datasets import load_questions, resolve_format
+
+    t0 = time.time()
+    fmt = resolve_format(path, "auto")
+    _, qs = load_questions(path, fmt)
+    qs = list(qs)[:max_questions] if max_questions else list(qs)
+    top = []
+    for n, sq in enumerate(session_questions(engine, qs, fmt)):
+        resp = search_all(engine, sq)
+        best = sorted(resp.candidates, key=lambda c: (-c["confidence"], c["fused_rank"]))
+        gold = set(sq.gold)  # read only after search returned
+        if best:
+            t = best[0]
+            right = (not sq.unanswerable) and t["id"] in gold
+            top.append({"question_id": sq.question.question_id,
+                        "unanswerable": sq.unanswerable, "gold": sorted(gold),
+                        "top": t["id"], "confidence": float(t["confidence"]),
+                        "correct": int(right)})
+        else:
+            top.append({"question_id": sq.question.question_id,
+                        "unanswerable": sq.unanswerable, "gold": sorted(gold), "top": None,
+                        "confidence": 0.0, "correct": 0})
+        if on_question is not None:
+            on_question(n)
+    conf = np.asarray([t["confidence"] for t in top])
+    corr = np.asarray([t["correct"] for t in top])
+    una = np.asarray([t["unanswerable"] for t in top])
+    summary = summarise(top, bins=bins)
+
+    def interval(f: Callable[[np.ndarray], float | None]) -> dict[str, Any]:
+        return S.bootstrap(f, len(top), resamples=resamples, seed=seed)
+
+    def rate(mask_fn: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+             ) -> Callable[[np.ndarray], float | None]:
+        def f(ix: np.ndarray) -> float | None:
+            num, den = mask_fn(ix)
+            return None if den.sum() == 0 else float(num.sum() / den.sum())
+        return f
+
+    cut = at_cutoff(top, cutoff)
+    intervals = {
+        "ece": interval(lambda ix: S.ece(conf[ix], corr[ix], bins)),
+        "brier": interval(lambda ix: S.brier(conf[ix], corr[ix])),
+        "auroc": interval(lambda ix: S.auroc(conf[ix], corr[ix])),
+        "aurc": interval(lambda ix: S.aurc(conf[ix], corr[ix])),
+        "answerable_returned_rate": interval(rate(
+            lambda ix: ((~una[ix]) & (conf[ix] >= cutoff), ~una[ix]))),
+        "unanswerable_abstained_rate": interval(rate(
+            lambda ix: (una[ix] & (conf[ix] < cutoff), una[ix]))),
+        "returned_top_gold_rate": interval(rate(
+            lambda ix: ((conf[ix] >= cutoff) & (corr[ix] == 1), conf[ix] >= cutoff))),
+    }
+    curve = S.risk_coverage(conf.tolist(), corr.tolist())
+    return {"dataset": {"name": Path(path).name, "sha256": sha256_file(path), "format": fmt},
+            "max_questions": max_questions, "bins": bins,
+            "bootstrap": {"resamples": resamples, "seed": seed, "unit": "question",
+                          "note": "questions resampled with replacement; on LoCoMo the "
+                                  "questions of one conversation are not independent, so "
+                                  "these intervals are narrower than a by-conversation one"},
+            "summary": summary, "at_cutoff": cut, "intervals": intervals,
+            "risk_coverage": curve, "questions": top,
+            "wall_seconds": round(time.time() - t0, 2)}
+
+
+def plot(doc: dict[str, Any], path: str | Path, title: str) -> bytes:
+    """Reliability diagram (with bin counts) and risk-coverage curve, PNG bytes."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = doc["summary"]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.6))
+    a1.plot([0, 1], [0, 1], "--", color="grey", lw=1, label="perfect calibration")
+    b = [r for r in s["reliability"] if r["n"]]
+    a1.plot([r["mean_confidence"] for r in b], [r["fraction_correct"] for r in b], "o-",
+            label=f"top results (n={s['n']})")
+    for r in b:
+        a1.annotate(str(r["n"]), (r["mean_confidence"], r["fraction_correct"]), fontsize=7,
+                    textcoords="offset points", xytext=(3, -9))
+    a1.set_xlabel("confidence of the top result (bin mean, 15 bins)")
+    a1.set_ylabel("fraction whose top result is right")
+    a1.set_title(f"reliability: ECE {s['ece']:.3f}, Brier {s['brier']:.3f}", fontsize=9)
+    a1.legend(fontsize=7)
+    rc = doc["risk_coverage"]
+    a2.plot([p["coverage"] for p in rc], [p["risk"] for p in rc], "-")
+    cut = doc["at_cutoff"]
+    if cut["returned"]:
+        a2.axvline(cut["returned"] / cut["questions"], color="grey", ls="--", lw=1,
+                   label=f"cut-off {cut['cutoff']}")
+        a2.legend(fontsize=7)
+    auroc = "n/a" if s["auroc"] is None else f"{s['auroc']:.3f}"
+    a2.set_xlabel("coverage (questions returning a top result)")
+    a2.set_ylabel("risk (top result not right)")
+    a2.set_title(f"risk-coverage: AURC {s['aurc']:.3f}, AUROC {auroc}", fontsize=9)
+    a2.set_ylim(-0.02, 1.02)
+    fig.suptitle(title, fontsize=9)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def finite(v: float | None) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v

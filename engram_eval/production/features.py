@@ -1,0 +1,70 @@
+"""Per-candidate features of the confidence model fitted on real sessions (calibration v3).
+
+For each of a question's candidates (the first ``candidates`` memories of the pipeline's
+ranking), absolute signals of the (query, memory) pair and the question's context around it.
+Nothing is normalised per question: a question whose answer is absent keeps its low absolute
+scores, and the context features are differences and ranks, never a rescaling of the best
+of a bad lot to 1.
+
+Absolute, per (query, memory):
+
+* ``dense``: cosine similarity of the query to the memory's best-matching dense piece;
+* ``terms``: fraction of the query's content terms the memory holds
+  (:func:`engram_eval.production.confidence.term_coverage`);
+* ``time``: +1 inside the query's time window, -1 outside, 0 without a window or a date.
+
+Per-question context:
+
+* ``first``: 1 for the pipeline's first result, else 0; ``log_rank``: log of its rank;
+* ``dense_gap``: its dense score minus the best dense score of the *other* candidates (the
+  gap to the next result: positive only for the dense leader);
+* ``terms_gap``: the same for ``terms``;
+* ``dense_top`` / ``lexical_top``: 1 when it is the best memory of the whole set by the
+  dense signal / by the memory-text BM25 signal; ``agree``: both at once (the dense and
+  lexical signals agree on it);
+* ``query_terms``: log(1 + number of the query's content terms).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from engram_eval.retrieval.passages import content_terms
+
+FEATURES_V3 = ("dense", "terms", "time", "first", "log_rank", "dense_gap", "terms_gap",
+               "dense_top", "lexical_top", "agree", "query_terms")
+
+
+def candidate_features(query: str, sig: Mapping[str, Any], cands: Sequence[int],
+                       overrides: Mapping[int, Mapping[str, float]] | None = None
+                       ) -> np.ndarray:
+    """One row of :data:`FEATURES_V3` per candidate (in ``cands`` order), from the output of
+    :func:`engram_eval.production.search.memory_signals`. ``overrides``: per candidate index,
+    replacement absolute signals (``dense``, ``terms``), as the excerpt retry scores an
+    excerpt in its memory's place."""
+    dense_all = np.asarray(sig["dense"], dtype=float)
+    bm25_all = np.asarray(sig["bm25"], dtype=float)
+    n = len(dense_all)
+    dense_best = int(np.argmax(dense_all)) if n else -1
+    lex_best = int(np.argmax(bm25_all)) if n and float(bm25_all.max()) > 0 else -1
+    qt = math.log1p(len(content_terms(query)))
+    dense = {i: float(dense_all[i]) for i in cands}
+    terms = {i: float(sig["terms"][i]) for i in cands}
+    for i, o in (overrides or {}).items():
+        dense[i] = float(o.get("dense", dense[i]))
+        terms[i] = float(o.get("terms", terms[i]))
+    rows = []
+    for rank, i in enumerate(cands, start=1):
+        others = [j for j in cands if j != i]
+        d_other = max((dense[j] for j in others), default=0.0)
+        t_other = max((terms[j] for j in others), default=0.0)
+        dt = 1.0 if i == dense_best else 0.0
+        lt = 1.0 if i == lex_best else 0.0
+        rows.append([dense[i], terms[i], float(sig["time"][i]), 1.0 if rank == 1 else 0.0,
+                     math.log(rank), dense[i] - d_other, terms[i] - t_other, dt, lt, dt * lt,
+                     qt])
+    return np.asarray(rows, dtype=float).reshape(len(cands), len(FEATURES_V3))

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Publish the production confidence calibrated on real sessions (issue 18), in two phases,
+# from the repository root of a clean checkout:
+#
+#   scripts/publish_confidence.sh fit LME_DEV LOCOMO CACHE      # tune parts only
+#   git add engram_eval/production/{calibration,settings}_v3.json results/confidence && git commit
+#   scripts/publish_confidence.sh measure LME_DEV LOCOMO CACHE  # frozen manifests, then runs
+#
+# LME_DEV: longmemeval_s_cleaned.dev.json.gz (a development split of LongMemEval_S);
+# LOCOMO: locomo10.json; CACHE: an embedding cache directory (speed only). Both splits are
+# re-created with `engram-eval split` and checked against the published split manifests.
+# validation_v3 was written and frozen (validation_v3.before_calibration.frozen.json) before
+# any of this code existed; its first run is the one in phase 2.
+set -euo pipefail
+[ "$#" = 4 ] || { echo "usage: $0 fit|measure LME_DEV LOCOMO CACHE" >&2; exit 2; }
+PHASE=$1; LME=$(realpath "$2"); LOCOMO=$(realpath "$3"); CACHE=$(realpath -m "$4")
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+OUT=results/confidence
+B=benchmarks/production_retrieval
+SPLITS=${SPLITS:-$(mktemp -d /tmp/confidence-splits.XXXXXX)}
+WORK=${WORK:-$(mktemp -d /tmp/confidence-work.XXXXXX)}
+mkdir -p "$OUT"
+
+echo "== splits (re-created; sha256 must equal the published manifests)"
+[ -e "$SPLITS/lme/split_manifest.json" ] || $PY -m engram_eval.cli.main split "$LME" --holdout 0.3 \
+  --salt engram-eval-2026-11-30 --output-dir "$SPLITS/lme"
+[ -e "$SPLITS/locomo/split_manifest.json" ] || $PY -m engram_eval.cli.main split "$LOCOMO" \
+  --holdout 0.3 --salt engram-eval-locomo-2026-12-01 --output-dir "$SPLITS/locomo"
+$PY - "$SPLITS" <<'PYEOF'
+import hashlib, json, sys
+s = sys.argv[1]
+for sub, man in (("lme", "results/longmemeval_s_dev_split/split_manifest.json"),
+                 ("locomo", "results/structure/locomo_split_manifest.json")):
+    for part in json.load(open(man))["parts"].values():
+        f = f"{s}/{sub}/{part['file'] if 'file' in part else part['name']}"
+        got = hashlib.sha256(open(f, "rb").read()).hexdigest()
+        assert got == part["sha256"], (f, got, part["sha256"])
+print("split parts match the published manifests")
+PYEOF
+LME_TUNE=$SPLITS/lme/longmemeval_s_cleaned.dev.tune.json.gz
+LME_HELD=$SPLITS/lme/longmemeval_s_cleaned.dev.heldout.json.gz
+LOC_TUNE=$SPLITS/locomo/locomo10.tune.json
+LOC_HELD=$SPLITS/locomo/locomo10.heldout.json
+
+# One calibration per chat structure, as the package's settings differ by structure (read
+# from a haystack's roles, never from a dataset's name): "chat" (a user with an assistant:
+# the LongMemEval tune part; also the production fixtures, a user's own memories) and
+# "people" (people talking to each other: the LoCoMo tune conversations).
+CHAT=engram_eval/production/settings_v3_chat.json
+PEOPLE=engram_eval/production/settings_v3_people.json
+if [ "$PHASE" = fit ]; then
+  echo "== fit calibration v3 on the tune parts only (a held-out part is refused)"
+  # LongMemEval tune part: all 19 _abs questions and every 3rd other one (file order); LoCoMo
+  # tune conversations: every category-5 item and every 2nd other one. This 2-core machine
+  # could not encode and search every question in the time the issue had.
+  # Target: >= 90% of returned top results gold (chat); on the LoCoMo tune part no cut-off
+  # reaches 90% with >= 20 questions returning, so there the stated target is 70%.
+  $PY $B/confidence.py fit --no-excerpt-retry --cache-dir "$CACHE" \
+    --part lme_tune="$LME_TUNE" --every lme_tune=3 --mapping platt --calibrate-on top \
+    --folds 5 --C 1.0 --target-precision 0.9 --min-returned 20 \
+    --output engram_eval/production/calibration_v3_chat.json --settings-output $CHAT \
+    --report $OUT/calibration_v3_chat.report.json
+  $PY $B/confidence.py fit --no-excerpt-retry --cache-dir "$CACHE" \
+    --part locomo_tune="$LOC_TUNE" --every locomo_tune=2 --mapping platt --calibrate-on top \
+    --folds 5 --C 1.0 --target-precision 0.7 --min-returned 20 \
+    --output engram_eval/production/calibration_v3_people.json --settings-output $PEOPLE \
+    --report $OUT/calibration_v3_people.report.json
+  $PY scripts/derived_sidecars.py $OUT
+  echo "now commit engram_eval/production/*_v3_*.json and $OUT, then run: $0 measure ..."
+  exit 0
+fi
+[ "$PHASE" = measure ] || { echo "phase must be fit or measure" >&2; exit 2; }
+if [ -n "$(git status --porcelain -- engram_eval benchmarks)" ]; then
+  echo "engram_eval/ or benchmarks/ differ from the commit: commit first (publishing rule)" >&2
+  exit 1
+fi
+echo "== freeze every manifest before any measurement"
+$PY $B/confidence.py measure "$LME_HELD" --settings $CHAT --source-root . --validate-only \
+  --freeze-source $OUT/heldout_longmemeval_s_dev.frozen.json --cache-dir "$CACHE"
+$PY $B/confidence.py measure "$LOC_HELD" --settings $PEOPLE --source-root . --validate-only \
+  --freeze-source $OUT/heldout_locomo10.frozen.json --cache-dir "$CACHE"
+for f in dev holdout validation_v2 validation_v3; do
+  $PY $B/run.py --settings $CHAT --fixture fixtures/production/$f.json --source-root . \
+    --validate-only --freeze-source $OUT/$f.frozen.json
+done
+echo "== selective retrieval on the held-out parts"
+$PY $B/confidence.py measure "$LME_HELD" --settings $CHAT --source-root . --cache-dir "$CACHE" \
+  --frozen-source $OUT/heldout_longmemeval_s_dev.frozen.json \
+  --dataset-label "LongMemEval S cleaned, development split: held-out part" \
+  --output $OUT/heldout_longmemeval_s_dev.selective.json
+$PY $B/confidence.py measure "$LOC_HELD" --settings $PEOPLE --source-root . --cache-dir "$CACHE" \
+  --frozen-source $OUT/heldout_locomo10.frozen.json \
+  --dataset-label "LoCoMo10: held-out conversations" \
+  --output $OUT/heldout_locomo10.selective.json
+echo "== production fixtures under calibration v3 (dev; holdout, validation_v2: regression checks; validation_v3: first run)"
+for f in dev holdout validation_v2 validation_v3; do
+  $PY $B/run.py --settings $CHAT --fixture fixtures/production/$f.json --source-root . \
+    --frozen-source $OUT/$f.frozen.json --output $OUT/$f.json --work-dir "$WORK"
+done
+$PY scripts/derived_sidecars.py $OUT
+echo "done: $OUT"
