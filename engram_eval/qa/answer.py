@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 from engram_eval.errors import ConfigError, ProvenanceError
 from engram_eval.provenance.sidecar import environment, package_versions, source_hashes
 from engram_eval.provenance.sources import QA_ANSWER_SOURCES
-from engram_eval.qa.client import ChatClient, ChatSettings, RetryPolicy
+from engram_eval.qa.client import ChatClient, ChatSettings, RetryPolicy, run_bounded
 from engram_eval.qa.context import read_context
 from engram_eval.qa.files import finish, open_output
 from engram_eval.runs.rows import RowWriter
@@ -120,34 +119,15 @@ def answer(context: str | Path, output: str | Path, config: AnswerConfig, *,
     finished = False
     progress = Progress(len(ids), len(opened.done), enabled=config.progress, desc="answers")
     try:
-        with RowWriter(out) as writer, ThreadPoolExecutor(config.concurrency) as pool:
-            pending: set[Future[tuple[str, str]]] = set()
-            queue = iter(todo)
+        with RowWriter(out) as writer:
 
-            def submit() -> bool:
-                r = next(queue, None)
-                if r is None:
-                    return False
-                pending.add(pool.submit(_one, client, r))
-                return True
+            def write(result: tuple[str, str]) -> None:
+                nonlocal written
+                writer.write({"question_id": result[0], "hypothesis": result[1]})
+                written += 1
+                progress.update(1)
 
-            for _ in range(config.concurrency):
-                if not submit():
-                    break
-            try:
-                while pending:
-                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for f in done:
-                        pending.discard(f)
-                        qid, text = f.result()  # an error stops the run here
-                        writer.write({"question_id": qid, "hypothesis": text})
-                        written += 1
-                        progress.update(1)
-                        submit()
-            except BaseException:
-                for f in pending:
-                    f.cancel()
-                raise
+            run_bounded(lambda r: _one(client, r), todo, config.concurrency, write)
         finished = True
     finally:
         progress.close()

@@ -23,9 +23,10 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from engram_eval.errors import ConfigError, EngramEvalError
@@ -45,6 +46,40 @@ class AuthError(EndpointError):
 
 class MalformedReply(EngramEvalError):
     """A 200 reply that is not a usable chat completion."""
+
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def run_bounded(work: Callable[[_T], _R], items: Iterable[_T], concurrency: int,
+                on_result: Callable[[_R], None]) -> None:
+    """Call ``work`` on every item with at most ``concurrency`` calls in flight, handing each
+    result to ``on_result`` in the calling thread as it completes (then starting the next).
+    The first error (from ``work`` or ``on_result``) cancels the calls not yet started and is
+    raised; calls already running finish before it propagates."""
+    with ThreadPoolExecutor(concurrency) as pool:
+        queue = iter(items)
+        pending: set[Future[_R]] = set()
+
+        def submit() -> None:
+            for item in queue:
+                pending.add(pool.submit(work, item))
+                return
+
+        for _ in range(concurrency):
+            submit()
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for f in done:
+                    pending.discard(f)
+                    on_result(f.result())
+                    submit()
+        except BaseException:
+            for f in pending:
+                f.cancel()
+            raise
 
 
 def load_openai() -> Any:

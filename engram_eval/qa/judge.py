@@ -17,7 +17,6 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +29,7 @@ from engram_eval.io import atomic_write, dump_json, sha256_file
 from engram_eval.provenance.sidecar import environment, sidecar_path, source_hashes
 from engram_eval.provenance.sources import QA_JUDGE_SOURCES
 from engram_eval.qa import prompts
-from engram_eval.qa.client import ChatClient, ChatSettings, RetryPolicy
+from engram_eval.qa.client import ChatClient, ChatSettings, RetryPolicy, run_bounded
 from engram_eval.qa.files import finish, open_output
 from engram_eval.qa.report import build_report, format_report
 from engram_eval.runs.rows import RowWriter, scan_rows
@@ -202,30 +201,16 @@ def judge(hypotheses: str | Path, dataset: str | Path, output: str | Path | None
     todo = [i for i in ids if i not in opened.done]
     progress = Progress(len(ids), len(opened.done), enabled=config.progress, desc="judged")
     try:
-        with RowWriter(out) as writer, ThreadPoolExecutor(config.concurrency) as pool:
-            queue = source.iter_questions(todo)
-            pending: set[Future[dict[str, Any]]] = set()
+        with RowWriter(out) as writer:
 
-            def submit() -> None:
-                q = next(queue, None)
-                if q is not None:
-                    pending.add(pool.submit(_judge_one, client, q, hyp_by_id[q.question_id]))
+            def write(row: dict[str, Any]) -> None:
+                nonlocal written
+                writer.write(row)
+                written += 1
+                progress.update(1)
 
-            for _ in range(config.concurrency):
-                submit()
-            try:
-                while pending:
-                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for f in done:
-                        pending.discard(f)
-                        writer.write(f.result())
-                        written += 1
-                        progress.update(1)
-                        submit()
-            except BaseException:
-                for f in pending:
-                    f.cancel()
-                raise
+            run_bounded(lambda q: _judge_one(client, q, hyp_by_id[q.question_id]),
+                        source.iter_questions(todo), config.concurrency, write)
         finished = True
     finally:
         progress.close()
