@@ -185,6 +185,8 @@ FILE_GENERATORS: dict[str, str] = {
     # the unit and blend chosen together out of fold (scripts/publish_rerank_unit.sh)
     "rerank_unit_choice.json": "benchmarks/longmemeval/choose_rerank.py",
     "speed_rerank_tune30.json": "benchmarks/longmemeval/speed_rerank.py",
+    # results/locomo_rerank: the same measurement on LoCoMo tune conversations
+    "speed_rerank_locomo_tune30.json": "benchmarks/longmemeval/speed_rerank.py",
     # results/longmemeval_s_dev (scripts/publish_memo.sh)
     "speed_memo.json": "benchmarks/longmemeval/speed_memo.py",
     # results/structure (scripts/publish_structure.sh)
