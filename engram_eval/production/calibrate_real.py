@@ -144,8 +144,8 @@ def extract(engine: Engine, label: str, path: str | Path, *, max_questions: int 
     if check_heldout:
         refuse_heldout(path)
     fmt = resolve_format(path, "auto")
-    _, qs = load_questions(path, fmt)
-    qs = select(qs, max_questions=max_questions, every=every)
+    _, loaded = load_questions(path, fmt)
+    qs = select(loaded, max_questions=max_questions, every=every)
     k = engine.settings.candidates
     records = []
     for n, sq in enumerate(session_questions(engine, qs, fmt)):
@@ -379,8 +379,8 @@ def measure(engine: Engine, path: str | Path, *, cutoff: float, bins: int = 15,
 
     t0 = time.time()
     fmt = resolve_format(path, "auto")
-    _, qs = load_questions(path, fmt)
-    qs = list(qs)[:max_questions] if max_questions else list(qs)
+    _, loaded = load_questions(path, fmt)
+    qs = list(loaded)[:max_questions] if max_questions else list(loaded)
     top = []
     for n, sq in enumerate(session_questions(engine, qs, fmt)):
         resp = search_all(engine, sq)
