@@ -51,16 +51,13 @@ for f in "$OUT"/rerank_choice.json "$OUT"/heldout_rerank.frozen.json \
 done
 mkdir -p "$OUT" "$SCRATCH"
 
+# shellcheck source=scripts/_rerank_lib.sh
+source "$(dirname "$0")/_rerank_lib.sh"
+
 echo "== 1. split (re-created from the published manifest)"
-if [ ! -e "$SCRATCH/parts/split_manifest.json" ]; then
-  read -r SALT HOLD < <("$PY" -c "import json,sys; m=json.load(open(sys.argv[1])); \
-print(m['salt'], m['holdout'])" "$SPLIT/split_manifest.json")
-  "$E" split "$DATA" --holdout "$HOLD" --salt "$SALT" --output-dir "$SCRATCH/parts" > /dev/null
-fi
-cmp <("$PY" -c "import json,sys; print({k: v['sha256'] for k, v in json.load(open(sys.argv[1]))['parts'].items()})" "$SPLIT/split_manifest.json") \
-    <("$PY" -c "import json,sys; print({k: v['sha256'] for k, v in json.load(open(sys.argv[1]))['parts'].items()})" "$SCRATCH/parts/split_manifest.json")
-TUNE=$(ls "$SCRATCH"/parts/*.tune.json*  | grep -v '\.split\.json$')
-HELD=$(ls "$SCRATCH"/parts/*.heldout.json* | grep -v '\.split\.json$')
+recreate_split "$SPLIT/split_manifest.json" "$DATA" "$SCRATCH/parts"
+TUNE=$(part_of "$SCRATCH/parts" tune)
+HELD=$(part_of "$SCRATCH/parts" heldout)
 
 echo "== 2. candidates on the tune part"
 CAND="$SCRATCH/tune_candidates.jsonl"
@@ -73,16 +70,7 @@ echo "== 3. fold rerankers"
 # and library set; PROVENANCE.md says what was seen).
 publish_card() {
   if [ -e "$OUT/$1.card.json" ]; then
-    "$PY" - "$OUT/$1.card.json" "$SCRATCH/$1.card.json" <<'EOF'
-import json, sys
-# README.md is sentence-transformers' generated model card: it states the training wall time
-# (and runs never hash it); every other file must match
-old, new = ({f: h for f, h in json.load(open(p))["output_files"].items() if f != "README.md"}
-            for p in sys.argv[1:])
-diff = sorted(f for f in set(old) | set(new) if old.get(f) != new.get(f))
-print(f"{sys.argv[1]}: retrained model " + ("reproduces every recorded file hash" if not diff
-      else f"differs from the recorded hashes in {diff}"))
-EOF
+    "$PY" scripts/compare_card.py "$OUT/$1.card.json" "$SCRATCH/$1.card.json"
   else
     cp "$SCRATCH/$1.card.json" "$OUT/$1.card.json"
   fi

@@ -63,28 +63,19 @@ OBJ=recall_any@1,recall_all@5,ndcg_any@5   # section 6's objective, on LoCoMo's 
 # Steps whose output exists are skipped (a stopped publication resumes); no tool overwrites.
 mkdir -p "$OUT" "$SCRATCH/lme" "$SCRATCH/loc"
 
+# shellcheck source=scripts/_rerank_lib.sh
+source "$(dirname "$0")/_rerank_lib.sh"
+
 echo "== 1. parts"
-part_hashes() { "$PY" -c "import json,sys; print({k: v['sha256'] for k, v in json.load(open(sys.argv[1]))['parts'].items()})" "$1"; }
-salt_of() { "$PY" -c "import json,sys; m=json.load(open(sys.argv[1])); print(m['salt'], m['holdout'])" "$1"; }
-for d in lme loc; do
-  if [ "$d" = lme ]; then M="$LME_SPLIT/split_manifest.json"; SRC="$LME"
-  else M="$STRUCT/locomo_split_manifest.json"; SRC="$LOCOMO"; fi
-  if [ ! -e "$SCRATCH/$d/split_manifest.json" ]; then
-    read -r SALT HOLD < <(salt_of "$M")
-    "$E" split "$SRC" --holdout "$HOLD" --salt "$SALT" --output-dir "$SCRATCH/$d" > /dev/null
-  fi
-  cmp <(part_hashes "$SCRATCH/$d/split_manifest.json") <(part_hashes "$M")
-done
-LME_TUNE=$(ls "$SCRATCH"/lme/*.tune.json* | grep -v '\.split\.json$')
-LOC_TUNE=$(ls "$SCRATCH"/loc/*.tune.json* | grep -v '\.split\.json$')
-LOC_HELD=$(ls "$SCRATCH"/loc/*.heldout.json* | grep -v '\.split\.json$')
+recreate_split "$LME_SPLIT/split_manifest.json" "$LME" "$SCRATCH/lme"
+recreate_split "$STRUCT/locomo_split_manifest.json" "$LOCOMO" "$SCRATCH/loc"
+LME_TUNE=$(part_of "$SCRATCH/lme" tune)
+LOC_TUNE=$(part_of "$SCRATCH/loc" tune)
+LOC_HELD=$(part_of "$SCRATCH/loc" heldout)
 
 echo "== 2. candidates"
 LME_CAND="$SCRATCH/lme_tune_candidates.jsonl"
-[ -e "$LME_CAND" ] || "$E" merge "$LME_RR/fold0_none.jsonl.gz" "$LME_RR/fold1_none.jsonl.gz" \
-  --dataset "$LME_TUNE" --output "$LME_CAND" \
-  --sources-at "$(git log --diff-filter=A --format=%H -1 -- "$LME_RR/fold0_none.jsonl.gz")" \
-  | tail -n 1
+merged_candidates "$LME_RR" "$LME_TUNE" "$LME_CAND"
 LOC_CAND="$SCRATCH/loc_tune_candidates.jsonl"
 [ -e "$LOC_CAND" ] || "$E" run "$LOC_TUNE" --output "$LOC_CAND" "${FIRST[@]}" "${COMMON[@]}" \
   --trace-sessions 1 | tail -n 3
@@ -92,23 +83,8 @@ LOC_CAND="$SCRATCH/loc_tune_candidates.jsonl"
 echo "== 3. ce_tune, retrained"
 [ -e "$SCRATCH/ce_tune" ] || "$E" train-reranker "$LME_TUNE" --run "$LME_CAND" \
   --output "$SCRATCH/ce_tune" "${TRAIN[@]}" | tail -n 2
-"$PY" - "$LME_RR/ce_tune.card.json" "$SCRATCH/ce_tune.card.json" <<'EOF'
-import json, sys
-# README.md is sentence-transformers' generated model card (it states the wall time)
-old, new = (json.load(open(p)) for p in sys.argv[1:])
-files = [{f: h for f, h in c["output_files"].items() if f != "README.md"} for c in (old, new)]
-diff = sorted(f for f in set(files[0]) | set(files[1]) if files[0].get(f) != files[1].get(f))
-if old["pairs_sha256"] != new["pairs_sha256"]:
-    sys.exit(f"retrained ce_tune was trained on other pairs than {sys.argv[1]}")
-if diff:  # float summation on another CPU: said, and the retrained model's card published
-    la, lb = ([x["loss"] for x in c["training"]["loss_curve"]] for c in (old, new))
-    gap = max(abs(x - y) for x, y in zip(la, lb, strict=True))
-    print(f"ce_tune: same pairs and settings as {sys.argv[1]}, but the retrained files "
-          f"{diff} differ (largest loss-curve difference {gap:.2e}); the runs below use the "
-          "retrained model, whose card is published beside them")
-else:
-    print(f"ce_tune: the retrained model reproduces every file hash of {sys.argv[1]}")
-EOF
+# the runs below use the retrained model; its card is published beside them
+"$PY" scripts/compare_card.py "$LME_RR/ce_tune.card.json" "$SCRATCH/ce_tune.card.json"
 [ -e "$OUT/ce_tune.card.json" ] || cp "$SCRATCH/ce_tune.card.json" "$OUT/ce_tune.card.json"
 
 echo "== 4. the blend, chosen on a quarter of the LoCoMo tune part with ce_tune"

@@ -69,6 +69,29 @@ def test_bootstrap_seeded_and_skips_undefined():
     assert c["skipped"] == 10 and c["lo"] is None
 
 
+def test_cluster_bootstrap_draws_whole_groups():
+    # two conversations: every question of "a" is right, every question of "b" wrong. A draw
+    # of whole groups can only give the means of {a,a}, {a,b}, {b,b}: 1, 3/5 or 2/5 (a has 3
+    # questions, b has 2) and 0; a question-level draw gives other values too
+    y = np.asarray([1, 1, 1, 0, 0])
+    groups = ["a", "a", "a", "b", "b"]
+    seen: set[float] = set()
+
+    def stat(ix: np.ndarray) -> float:
+        seen.add(round(float(y[ix].mean()), 9))
+        assert len(ix) in (4, 5, 6)  # two groups drawn, 2 or 3 questions each
+        return float(y[ix].mean())
+
+    r = S.bootstrap(stat, 5, resamples=300, seed=1, groups=groups)
+    assert seen <= {1.0, 0.6, 0.0} and len(seen) == 3
+    assert r["unit"] == "group" and r["groups"] == 2
+    assert r["lo"] == 0.0 and r["hi"] == 1.0
+    assert S.bootstrap(stat, 5, resamples=50, seed=1, groups=groups) == \
+        S.bootstrap(stat, 5, resamples=50, seed=1, groups=groups)
+    with pytest.raises(ValueError, match="2 labels for 5"):
+        S.bootstrap(stat, 5, groups=["a", "b"])
+
+
 # --------------------------------------------------------------------------- features
 
 

@@ -9,7 +9,8 @@ beforehand, outside the measurement, in each pass's own cache directory. Reporte
 s/question, wall, peak RSS and the model seconds per role (``embedding``, ``rerank``: the
 runner's own counters); per rerank pass: its rerank seconds per question and their ratio to
 the first stage's s/question (``rerank_over_first_stage``), and the paired metrics against the
-onnx fp32 rerank pass (``engram-eval compare``, answerable protocol). Not a test: it
+onnx fp32 rerank pass (``engram-eval compare``, ``--protocol``: answerable by default,
+``locomo`` for a LoCoMo file). Not a test: it
 measures, never asserts; the output JSON starts with a provenance header.
 
     python benchmarks/longmemeval/speed_rerank.py DATA --reranker-model MODEL --output OUT.json \\
@@ -57,6 +58,8 @@ def main() -> int:
     ap.add_argument("--limit", type=int, help="first N questions only")
     ap.add_argument("--passes", default=",".join(PASSES), help="rerank passes to make")
     ap.add_argument("--embedding-model", default="all-MiniLM-L6-v2")
+    ap.add_argument("--protocol", default="answerable",
+                    help="denominator of the paired metrics (locomo for a LoCoMo file)")
     args, extra = ap.parse_known_args()
     common.refuse_existing(args.output)
     names = [p.strip() for p in args.passes.split(",") if p.strip()]
@@ -96,7 +99,8 @@ def main() -> int:
             entry["rerank_over_first_stage"] = round(per_q / first_spq, 3) if first_spq else None
             if name != "rerank-onnx-fp32" and "rerank-onnx-fp32" in out["passes"]:
                 entry["paired_vs_rerank_onnx_fp32"] = _paired(
-                    scratch / "rerank-onnx-fp32.jsonl", scratch / f"{name}.jsonl")
+                    scratch / "rerank-onnx-fp32.jsonl", scratch / f"{name}.jsonl",
+                    args.protocol)
         out["passes"][name] = entry
         shown = {"seconds_per_question": res["seconds_per_question"],
                  **{k: entry[k] for k in ("rerank_seconds_per_question",

@@ -47,13 +47,13 @@ def _prepare(backend: str, precision: str, cache: Path, model: str) -> dict[str,
     return {"path": ref.path, "sha256": ref.sha256, "revision": ref.revision}
 
 
-def _paired(base: Path, other: Path) -> dict[str, Any]:
+def _paired(base: Path, other: Path, protocol: str = "answerable") -> dict[str, Any]:
     from engram_eval.analysis.compare import compare_runs
     from engram_eval.runs.reader import read_run
 
-    rep = compare_runs(read_run(base), read_run(other), protocol="answerable", n_boot=2000)
+    rep = compare_runs(read_run(base), read_run(other), protocol=protocol, n_boot=2000)
     overall = rep["groups"]["overall"]
-    return {"protocol": "answerable", "n": overall["n"], "settings": rep["settings"],
+    return {"protocol": protocol, "n": overall["n"], "settings": rep["settings"],
             "metrics": {m: overall["metrics"][m] for m in HEADLINE if m in overall["metrics"]}}
 
 

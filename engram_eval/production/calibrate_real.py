@@ -40,7 +40,7 @@ deterministic (no timestamps). Search applies it with numpy only
 **Measurement** (:func:`measure`): the packaged search under that calibration over a part's
 questions; per question its top result (highest confidence, ties in ranking order), whether
 it is right, and the selective-retrieval metrics of :mod:`engram_eval.scoring.selective`
-with bootstrap intervals over questions.
+with bootstrap intervals over questions (over whole conversations on LoCoMo).
 """
 
 from __future__ import annotations
@@ -144,8 +144,8 @@ def extract(engine: Engine, label: str, path: str | Path, *, max_questions: int 
     if check_heldout:
         refuse_heldout(path)
     fmt = resolve_format(path, "auto")
-    _, qs = load_questions(path, fmt)
-    qs = select(qs, max_questions=max_questions, every=every)
+    _, loaded = load_questions(path, fmt)
+    qs = select(loaded, max_questions=max_questions, every=every)
     k = engine.settings.candidates
     records = []
     for n, sq in enumerate(session_questions(engine, qs, fmt)):
@@ -379,8 +379,8 @@ def measure(engine: Engine, path: str | Path, *, cutoff: float, bins: int = 15,
 
     t0 = time.time()
     fmt = resolve_format(path, "auto")
-    _, qs = load_questions(path, fmt)
-    qs = list(qs)[:max_questions] if max_questions else list(qs)
+    _, loaded = load_questions(path, fmt)
+    qs = list(loaded)[:max_questions] if max_questions else list(loaded)
     top = []
     for n, sq in enumerate(session_questions(engine, qs, fmt)):
         resp = search_all(engine, sq)
@@ -404,8 +404,11 @@ def measure(engine: Engine, path: str | Path, *, cutoff: float, bins: int = 15,
     una = np.asarray([t["unanswerable"] for t in top])
     summary = summarise(top, bins=bins)
 
+    # LoCoMo: whole conversations resampled (their questions are not independent)
+    groups = ([group_of(t["question_id"], fmt) for t in top] if fmt == "locomo" else None)
+
     def interval(f: Callable[[np.ndarray], float | None]) -> dict[str, Any]:
-        return S.bootstrap(f, len(top), resamples=resamples, seed=seed)
+        return S.bootstrap(f, len(top), resamples=resamples, seed=seed, groups=groups)
 
     def rate(mask_fn: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
              ) -> Callable[[np.ndarray], float | None]:
@@ -430,10 +433,14 @@ def measure(engine: Engine, path: str | Path, *, cutoff: float, bins: int = 15,
     curve = S.risk_coverage(conf.tolist(), corr.tolist())
     return {"dataset": {"name": Path(path).name, "sha256": sha256_file(path), "format": fmt},
             "max_questions": max_questions, "bins": bins,
-            "bootstrap": {"resamples": resamples, "seed": seed, "unit": "question",
-                          "note": "questions resampled with replacement; on LoCoMo the "
-                                  "questions of one conversation are not independent, so "
-                                  "these intervals are narrower than a by-conversation one"},
+            "bootstrap": ({"resamples": resamples, "seed": seed, "unit": "question",
+                           "note": "questions resampled with replacement"}
+                          if groups is None else
+                          {"resamples": resamples, "seed": seed, "unit": "conversation",
+                           "conversations": len(set(groups)),
+                           "note": "whole conversations resampled with replacement (a "
+                                   "cluster bootstrap); with few conversations the interval "
+                                   "is coarse"}),
             "summary": summary, "at_cutoff": cut, "intervals": intervals,
             "risk_coverage": curve, "questions": top,
             "wall_seconds": round(time.time() - t0, 2)}

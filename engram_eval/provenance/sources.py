@@ -182,7 +182,11 @@ FILE_GENERATORS: dict[str, str] = {
     "tuned.yaml.tuning.json": "engram_eval/analysis/tune.py",
     # results/longmemeval_s_dev_rerank (scripts/publish_rerank.sh)
     "rerank_choice.json": "benchmarks/longmemeval/choose_rerank.py",
+    # the unit and blend chosen together out of fold (scripts/publish_rerank_unit.sh)
+    "rerank_unit_choice.json": "benchmarks/longmemeval/choose_rerank.py",
     "speed_rerank_tune30.json": "benchmarks/longmemeval/speed_rerank.py",
+    # results/locomo_rerank: the same measurement on LoCoMo tune conversations
+    "speed_rerank_locomo_tune30.json": "benchmarks/longmemeval/speed_rerank.py",
     # results/longmemeval_s_dev (scripts/publish_memo.sh)
     "speed_memo.json": "benchmarks/longmemeval/speed_memo.py",
     # results/structure (scripts/publish_structure.sh)
@@ -202,6 +206,11 @@ FILE_GENERATORS: dict[str, str] = {
     "calibration_v3_chat.report.png": "benchmarks/production_retrieval/confidence.py",
     "calibration_v3_people.report.json": "benchmarks/production_retrieval/confidence.py",
     "calibration_v3_people.report.png": "benchmarks/production_retrieval/confidence.py",
+    # results/confidence/full: the same fit on every tune question
+    "calibration_v3_chat_full.report.json": "benchmarks/production_retrieval/confidence.py",
+    "calibration_v3_chat_full.report.png": "benchmarks/production_retrieval/confidence.py",
+    "calibration_v3_people_full.report.json": "benchmarks/production_retrieval/confidence.py",
+    "calibration_v3_people_full.report.png": "benchmarks/production_retrieval/confidence.py",
 }
 #: Derived file name suffix -> its generator (frozen manifests, ``*.frozen.json``).
 SUFFIX_GENERATORS: dict[str, str] = {

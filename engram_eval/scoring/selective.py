@@ -15,7 +15,9 @@ answer). Pure functions of these two lists:
 * :func:`aurc`: ``(1 / n) * sum_{k=1..n} risk(k)``, where ``risk(k)`` of the k-th question is
   the risk once its whole tie group has entered (so the order within ties does not matter);
 * :func:`bootstrap`: percentile interval of any of these over questions resampled with
-  replacement (``numpy.random.default_rng(seed)``).
+  replacement (``numpy.random.default_rng(seed)``), or, given ``groups``, over whole groups
+  (e.g. LoCoMo conversations) resampled with replacement, each drawn group bringing all of
+  its questions (a cluster bootstrap: questions of one conversation are not independent).
 """
 
 from __future__ import annotations
@@ -113,15 +115,31 @@ def aurc(confidence: Sequence[float], correct: Sequence[int]) -> float:
 
 
 def bootstrap(stat: Callable[[np.ndarray], float | None], n: int, *, resamples: int = 2000,
-              seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+              seed: int = 0, level: float = 0.95,
+              groups: Sequence[str] | None = None) -> dict[str, Any]:
     """Percentile interval of ``stat(indices)`` over ``resamples`` draws of ``n`` question
     indices with replacement; draws where ``stat`` is None (e.g. AUROC of one class) are
-    skipped and counted."""
+    skipped and counted. With ``groups`` (one label per question), each draw takes as many
+    groups as there are, with replacement, and the indices of every question of each drawn
+    group, in draw order."""
     rng = np.random.default_rng(seed)
+    members: list[np.ndarray] = []
+    if groups is not None:
+        if len(groups) != n:
+            raise ValueError(f"groups has {len(groups)} labels for {n} questions")
+        order: dict[str, list[int]] = {}
+        for i, g in enumerate(groups):
+            order.setdefault(g, []).append(i)
+        members = [np.asarray(ix, dtype=int) for ix in order.values()]
     vals = []
     skipped = 0
     for _ in range(resamples):
-        v = stat(rng.integers(0, n, size=n))
+        if members:
+            ix = np.concatenate([members[g] for g in rng.integers(0, len(members),
+                                                                   size=len(members))])
+        else:
+            ix = rng.integers(0, n, size=n)
+        v = stat(ix)
         if v is None:
             skipped += 1
         else:
@@ -129,4 +147,5 @@ def bootstrap(stat: Callable[[np.ndarray], float | None], n: int, *, resamples: 
     a = (1.0 - level) / 2.0
     lo, hi = (np.quantile(vals, [a, 1.0 - a]).tolist() if vals else (None, None))
     return {"lo": lo, "hi": hi, "level": level, "resamples": resamples, "seed": seed,
-            "skipped": skipped}
+            "skipped": skipped, "unit": "question" if groups is None else "group",
+            "groups": None if groups is None else len(members)}

@@ -1,0 +1,33 @@
+# Shared by the rerank publish scripts (sourced, not run): publish_rerank.sh,
+# publish_rerank_locomo.sh, publish_rerank_unit.sh. Set E (the engram-eval command) and PY
+# (python) before sourcing. Every function leaves existing outputs alone (a stopped
+# publication resumes) and returns non-zero on a mismatch, which stops a `set -e` script.
+#   recreate_split MANIFEST SRC DIR   re-create a published split of SRC in DIR (same salt and
+#                                     held-out share); every part's sha256 must equal MANIFEST's
+#   part_of DIR tune|heldout          the path of that part in DIR
+#   merged_candidates RR_DIR TUNE OUT the no-rerank fold runs of section 6 (RR_DIR/fold{0,1}_none)
+#                                     merged into OUT: the first stage its rerankers trained from
+
+_part_hashes() {
+  "$PY" -c "import json,sys; print({k: v['sha256'] for k, v in json.load(open(sys.argv[1]))['parts'].items()})" "$1"
+}
+
+recreate_split() {
+  local salt hold
+  if [ ! -e "$3/split_manifest.json" ]; then
+    read -r salt hold < <("$PY" -c "import json,sys; m=json.load(open(sys.argv[1])); print(m['salt'], m['holdout'])" "$1")
+    "$E" split "$2" --holdout "$hold" --salt "$salt" --output-dir "$3" > /dev/null
+  fi
+  cmp <(_part_hashes "$3/split_manifest.json") <(_part_hashes "$1")
+}
+
+part_of() {
+  ls "$1"/*."$2".json* | grep -v '\.split\.json$'
+}
+
+merged_candidates() {
+  [ -e "$3" ] && return 0
+  "$E" merge "$1/fold0_none.jsonl.gz" "$1/fold1_none.jsonl.gz" --dataset "$2" --output "$3" \
+    --sources-at "$(git log --diff-filter=A --format=%H -1 -- "$1/fold0_none.jsonl.gz")" \
+    | tail -n 1
+}
