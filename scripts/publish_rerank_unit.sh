@@ -18,7 +18,8 @@
 # 2. candidates: section 6's published no-rerank fold runs merged (the first stage its
 #    rerankers were trained from);
 # 3. the two fold rerankers retrained exactly as section 6 (same pairs, same settings); their
-#    file hashes are compared with the published cards and the result printed;
+#    file hashes are compared with the published cards and the result printed; the retrained
+#    models' cards are published as ce_fold{0,1}_retrained.card.json (the runs below use them);
 # 4. units session and passage (session text; passage adds the excerpt fallback), 256 tokens
 #    (the prototype's session length: 128 tokens would see only a session's first turn),
 #    ONNX, 35 candidates, blends {0, 0.5, 0.7, 0.8, 0.9}, each half scored by the reranker
@@ -62,6 +63,9 @@ for i in 0 1; do
   [ -e "$SCRATCH/ce_fold$i" ] || "$E" train-reranker "$TUNE" --run "$CAND" \
     --output "$SCRATCH/ce_fold$i" --exclude-shard "$i/2" "${TRAIN[@]}" | tail -n 2
   "$PY" scripts/compare_card.py "$OUT/ce_fold$i.card.json" "$SCRATCH/ce_fold$i.card.json"
+  # the runs below record the retrained weights' hashes: that model's card is published too
+  [ -e "$OUT/ce_fold${i}_retrained.card.json" ] || \
+    cp "$SCRATCH/ce_fold$i.card.json" "$OUT/ce_fold${i}_retrained.card.json"
 done
 
 echo "== 4. units session and passage on each half"
