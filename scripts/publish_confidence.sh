@@ -16,7 +16,8 @@
 # LOCOMO: locomo10.json; CACHE: an embedding cache directory (speed only). Both splits are
 # re-created with `engram-eval split` and checked against the published split manifests.
 # validation_v3 was written and frozen (validation_v3.before_calibration.frozen.json) before
-# any of this code existed; its first run is the one in phase 2.
+# any of this code existed; its first run was the first publication's phase 2, so every part
+# and fixture measured here is a regression check (the ledger says so).
 set -euo pipefail
 [ "$#" = 4 ] || { echo "usage: $0 fit|measure LME_DEV LOCOMO CACHE" >&2; exit 2; }
 PHASE=$1; LME=$(realpath "$2"); LOCOMO=$(realpath "$3"); CACHE=$(realpath -m "$4")
