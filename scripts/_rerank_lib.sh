@@ -7,6 +7,16 @@
 #   part_of DIR tune|heldout          the path of that part in DIR
 #   merged_candidates RR_DIR TUNE OUT the no-rerank fold runs of section 6 (RR_DIR/fold{0,1}_none)
 #                                     merged into OUT: the first stage its rerankers trained from
+# and the settings every published reranker run shares, defined once here:
+#   FIRST   the first stage of the published rerank runs (torch embeddings, as the held-out
+#           runs they are compared with)
+#   TRAIN   train-reranker settings, fixed before any fold was scored (a first try at 1 epoch,
+#           lr 2e-5, 3 hard + 2 random negatives moved the loss only from 0.69 to 0.65 in ~50
+#           steps, and was stopped unscored)
+
+FIRST=(--embedding-backend sentence_transformers)
+TRAIN=(--max-length 128 --epochs 3 --batch-size 16 --learning-rate 4e-5 --hard-negatives 5
+       --random-negatives 3 --seed 0)
 
 _part_hashes() {
   "$PY" -c "import json,sys; print({k: v['sha256'] for k, v in json.load(open(sys.argv[1]))['parts'].items()})" "$1"

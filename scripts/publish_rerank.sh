@@ -29,7 +29,6 @@ SCRATCH="${4:-$(mktemp -d /tmp/engram-rerank.XXXXXX)}"
 SPLIT=results/longmemeval_s_dev_split
 E="${ENGRAM_EVAL:-.venv/bin/engram-eval}"
 PY=.venv/bin/python
-FIRST=(--embedding-backend sentence_transformers)
 RR=(--rerank --rerank-unit turn --rerank-max-length 128 --rerank-candidates 35
     --reranker-backend onnx)
 COMMON=(--cache-dir "$CACHE" --no-progress)
@@ -40,10 +39,7 @@ declare -A BLEND=([none]="" [a0.0]="--fusion-alpha 0" [a0.3]="--fusion-alpha 0.3
                   [a0.5]="--fusion-alpha 0.5" [a0.7]="--fusion-alpha 0.7"
                   [a0.8]="--fusion-alpha 0.8" [a0.9]="--fusion-alpha 0.9")
 NAMES=(none a0.0 a0.3 a0.5 a0.7 a0.8 a0.9)
-# fixed before any fold was scored (a first try at 1 epoch, lr 2e-5, 3 hard + 2 random
-# negatives moved the loss only from 0.69 to 0.65 in ~50 steps, and was stopped unscored)
-TRAIN=(--max-length 128 --epochs 3 --batch-size 16 --learning-rate 4e-5 --hard-negatives 5
-       --random-negatives 3 --seed 0)
+# FIRST and TRAIN (the first stage and the training settings): scripts/_rerank_lib.sh
 
 for f in "$OUT"/rerank_choice.json "$OUT"/heldout_rerank.frozen.json \
          "$OUT"/heldout_rerank.jsonl.gz; do

@@ -47,12 +47,9 @@ PY=.venv/bin/python
 LME_SPLIT=results/longmemeval_s_dev_split
 LME_RR=results/longmemeval_s_dev_rerank
 STRUCT=results/structure
-FIRST=(--embedding-backend sentence_transformers)
 COMMON=(--cache-dir "$CACHE" --no-progress)
 RR=(--rerank --rerank-unit turn --rerank-max-length 128 --rerank-candidates 10
     --reranker-backend onnx)
-TRAIN=(--max-length 128 --epochs 3 --batch-size 16 --learning-rate 4e-5 --hard-negatives 5
-       --random-negatives 3 --seed 0)
 declare -A BLEND=([none]="" [a0.0]="--fusion-alpha 0" [a0.5]="--fusion-alpha 0.5"
                   [a0.7]="--fusion-alpha 0.7" [a0.8]="--fusion-alpha 0.8"
                   [a0.9]="--fusion-alpha 0.9")

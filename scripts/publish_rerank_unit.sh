@@ -36,10 +36,7 @@ SCRATCH="${4:-/tmp/w}"
 E="${ENGRAM_EVAL:-.venv/bin/engram-eval}"
 PY=.venv/bin/python
 SPLIT=results/longmemeval_s_dev_split
-FIRST=(--embedding-backend sentence_transformers)
 COMMON=(--cache-dir "$CACHE" --no-progress)
-TRAIN=(--max-length 128 --epochs 3 --batch-size 16 --learning-rate 4e-5 --hard-negatives 5
-       --random-negatives 3 --seed 0)
 UNITS=(session passage)
 ALPHAS=(0.0 0.5 0.7 0.8 0.9)
 TURN_NAMES=(a0.0 a0.3 a0.5 a0.7 a0.8 a0.9)   # section 6's published turn fold runs
