@@ -52,8 +52,9 @@ def run(dataset: str | Path, output: str | Path, *, resume: bool = False,
     ``progress=False``, any :class:`RetrievalSettings` field, ...; the YAML keys of
     ``--config``). ``echo`` receives the runner's notices (default: the ``engram_eval``
     logger). ``threads`` is applied by the command line only (it changes the process)."""
-    from engram_eval.runs.config import RunConfig
+    from engram_eval.runs.config import RunConfig, resolve_model_settings
     from engram_eval.runs.runner import run as run_config
 
-    config = RunConfig.from_mapping(config_fields, source="engram_eval.run()")
+    config = resolve_model_settings(
+        RunConfig.from_mapping(config_fields, source="engram_eval.run()"), set(config_fields))
     return run_config(config, dataset, output, resume=resume, echo=echo or log.info)

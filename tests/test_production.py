@@ -333,3 +333,35 @@ def test_cli_validate_only_freezes(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert fx.exists()
+
+
+def test_rerank_scores_each_candidate_once(tmp_path, tiny_embedding_model, tiny_cross_encoder):
+    """With the rerank stage on (turn unit), the gate's confidence is the sigmoid of the
+    logit the pipeline's rerank stage already computed for (query, memory text): no pair is
+    given to the cross-encoder twice."""
+    from engram_eval.retrieval.rerank import sigmoid
+
+    settings = ProductionSettings(embedding_model=tiny_embedding_model, rerank=True,
+                                  reranker_model=tiny_cross_encoder, rerank_unit="turn",
+                                  reranker_backend="onnx", fusion_alpha=0.8,
+                                  excerpt_retry=False)
+    path = _store(tmp_path, settings, MEMS)
+    engine = _engine(settings)
+    cross = engine.cross()
+    seen: list[tuple[str, str]] = []
+    inner = cross.raw_scores  # the cached scorer: a pair asked twice is asked twice here
+
+    def counting(pairs):  # type: ignore[no-untyped-def]
+        seen.extend(pairs)
+        return inner(pairs)
+
+    cross.raw_scores = counting
+    with MemoryStore.open(path, engine) as st:
+        res = st.search("What breed is the puppy I adopted?", now="2024-05-01", limit=100,
+                        min_confidence=0.0)
+    assert seen and len(seen) == len(set(seen))  # every pair scored once
+    scored = dict(zip(seen, inner(seen), strict=True))
+    for c in res.candidates:
+        text = next(m.text for m in MEMS if m.id == c["id"])
+        key = ("What breed is the puppy I adopted?", text)
+        assert c["confidence"] == pytest.approx(sigmoid(scored[key]), abs=1e-6)

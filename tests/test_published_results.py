@@ -185,3 +185,29 @@ def test_published_context_export_is_reproduced_byte_for_byte(export: Path,
     export_context(export.parent / meta["run"]["path"], hits[0], out,
                    ContextConfig(meta["top_k"]), echo=lambda m: None, progress=False)
     assert sha256_file(out) == sha256_file(export)
+
+
+@pytest.mark.parametrize("result", RESULTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())
+def test_published_run_rebuilds_from_its_recorded_settings(result: Path) -> None:
+    """Whatever today's defaults (the rerank stage on by default, the shipped cross-encoder),
+    ``verify --rerun`` rebuilds every published run from its sidecar's recorded settings: the
+    rebuilt retriever describes exactly what the run recorded (``rerun_retriever`` refuses
+    otherwise) and reranks exactly when the run did. A run whose cross-encoder was a scratch
+    directory that is not on this machine is skipped (the data tier says how to re-create it)."""
+    from engram_eval.errors import ModelUnavailableError, ProvenanceError
+    from engram_eval.runs.verify import rerun_retriever
+
+    meta = json.loads(Path(str(result) + ".metadata.json").read_text())
+    try:
+        retriever = rerun_retriever(meta)
+    except ModelUnavailableError as e:
+        pytest.skip(f"a recorded model is not on this machine: {e}"[:300])
+    except ProvenanceError as e:
+        if "cross-encoder" not in str(e) and "reranker model" not in str(e):
+            raise
+        pytest.skip(f"a scratch cross-encoder here has other file hashes: {e}"[:300])
+    settings = getattr(retriever, "settings", None)
+    if settings is not None and hasattr(settings, "rerank"):
+        assert settings.rerank == bool(meta["config"].get("rerank"))
+        assert settings.reranker_model == meta["config"].get("reranker_model",
+                                                             settings.reranker_model)

@@ -60,7 +60,7 @@ def test_a_haystack_without_assistant_role_takes_the_people_settings(tmp_path: P
 
 
 def test_people_overrides_are_validated_by_the_settings() -> None:
-    with pytest.raises(ConfigError, match="not a fusion or temporal field"):
+    with pytest.raises(ConfigError, match="not a fusion, temporal or per-structure rerank field"):
         RetrievalSettings(people_overrides={"use_dense": False})
     with pytest.raises(ConfigError, match="people_overrides.*weight_dense"):
         RetrievalSettings(people_overrides={"weight_dense": -1.0})

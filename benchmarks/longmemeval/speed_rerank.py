@@ -32,7 +32,10 @@ from speed_variants import _paired  # the paired metrics of a variant against it
 from engram_eval.retrieval.cache import CACHE_FILE
 
 PASSES = {"rerank-onnx-fp32": ("onnx", "fp32"), "rerank-onnx-int8": ("onnx", "int8"),
-          "rerank-torch-fp32": ("sentence_transformers", "fp32")}
+          "rerank-torch-fp32": ("sentence_transformers", "fp32"),
+          # a model shipped in the package (--shipped NAME), in its stored form and with its
+          # card's settings for every rerank option not given
+          "rerank-shipped": ("onnx", "shipped")}
 
 
 def _prepare(cache: Path, embedding_model: str, reranker: tuple[str, str, str] | None
@@ -42,7 +45,10 @@ def _prepare(cache: Path, embedding_model: str, reranker: tuple[str, str, str] |
 
     ref = export_onnx(resolve_model(embedding_model, "embedding"), "fp32", cache)
     out = {"embedding": {"path": ref.path, "sha256": ref.sha256}}
-    if reranker and reranker[1] == "onnx":
+    if reranker and reranker[2] == "shipped":
+        rr = resolve_model(reranker[0], "reranker")  # stored as an ONNX graph: no export
+        out["reranker"] = {"path": rr.path, "sha256": rr.sha256}
+    elif reranker and reranker[1] == "onnx":
         rr = export_reranker_onnx(resolve_model(reranker[0], "reranker"), reranker[2], cache)
         out["reranker"] = {"path": rr.path, "sha256": rr.sha256}
     return out
@@ -54,6 +60,8 @@ def main() -> int:
     ap.add_argument("dataset")
     ap.add_argument("--output", required=True, help="measurement JSON (must not exist)")
     ap.add_argument("--reranker-model", required=True, help="cross-encoder directory")
+    ap.add_argument("--shipped", default="", help="a shipped reranker's name (for the "
+                    "rerank-shipped pass)")
     ap.add_argument("--scratch", help="directory for scratch rows and caches")
     ap.add_argument("--limit", type=int, help="first N questions only")
     ap.add_argument("--passes", default=",".join(PASSES), help="rerank passes to make")
@@ -73,11 +81,15 @@ def main() -> int:
     header = common.provenance_header(__file__, {"dataset": args.dataset},
                                       {"passes": ["first-stage", *names], "limit": args.limit,
                                        "run_options": run_opts,
-                                       "reranker_model": args.reranker_model})
+                                       "reranker_model": args.reranker_model,
+                                       "shipped": args.shipped or None})
     out: dict[str, Any] = {**header, "benchmark": "rerank stage cost, cold cache",
                            "passes": {}}
     plan: list[tuple[str, tuple[str, str, str] | None]] = [("first-stage", None)]
-    plan += [(n, (args.reranker_model, *PASSES[n])) for n in names]
+    if "rerank-shipped" in names and not args.shipped:
+        raise SystemExit("the rerank-shipped pass needs --shipped NAME")
+    plan += [(n, (args.shipped if PASSES[n][1] == "shipped" else args.reranker_model,
+                  *PASSES[n])) for n in names]
     first_spq = None
     for name, rr in plan:
         cache = scratch / f"cache-{name}"
@@ -85,7 +97,9 @@ def main() -> int:
             raise SystemExit(f"{cache} holds vectors; a cold pass needs an empty cache")
         exports = _prepare(cache, args.embedding_model, rr)
         opts = list(run_opts)
-        if rr:
+        if rr and rr[2] == "shipped":
+            opts += ["--rerank", "--reranker-model", rr[0]]
+        elif rr:
             opts += ["--rerank", "--reranker-model", rr[0], "--reranker-backend", rr[1],
                      "--reranker-precision", rr[2]]
         res = common.one_pass(name, args.dataset, scratch, cache, opts)

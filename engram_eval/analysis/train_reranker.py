@@ -367,7 +367,11 @@ def _fit(pairs: Sequence[Pair], base_dir: str, out: Path, s: TrainSettings,
                 control.should_training_stop = True
             if log is not None and state.max_steps and (
                     state.global_step % max(1, state.max_steps // 20) == 0):
-                log(f"train-reranker: step {state.global_step}/{state.max_steps}")
+                loss = next((h["loss"] for h in reversed(state.log_history) if "loss" in h),
+                            None)
+                log(f"train-reranker: step {state.global_step}/{state.max_steps}, "
+                    f"{time.time() - started:.0f} s"
+                    + (f", loss {loss:.4f}" if loss is not None else ""))
             return control
 
     import tempfile

@@ -269,13 +269,15 @@ def add_train_reranker(sub: Any) -> None:
 
 
 def cmd_train_reranker(args: argparse.Namespace) -> int:
-    import logging
+    import sys
 
     from engram_eval.analysis.train_reranker import TrainSettings, train
 
+    def progress(message: str) -> None:  # a plain line per ~5% of the steps (stderr)
+        print(message, file=sys.stderr, flush=True)
+
     fields = {k: getattr(args, k) for k in TrainSettings.__dataclass_fields__}
-    card = train(args.part, args.run, args.output, TrainSettings(**fields),
-                 log=logging.getLogger("engram_eval.train_reranker").info,
+    card = train(args.part, args.run, args.output, TrainSettings(**fields), log=progress,
                  also=[tuple(x) for x in args.also])
     pc = card["pairs"]
     print(f"{pc['pairs']} pairs ({pc['positive']} positive, {pc['hard']} hard, {pc['random']} "

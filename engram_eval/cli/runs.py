@@ -55,6 +55,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         if out.summary.get("frozen_source"):
             print(f"frozen manifest: {out.summary['frozen_source']}")
         return 0
+    if config.retriever in ("hybrid", "dense", "bm25"):
+        from engram_eval.retrieval.settings import pipeline_line
+
+        print(pipeline_line(config, config.settings_sources))
     print(f"wrote {out.n_written} row(s); {out.n_total} in {out.output}")
     print(f"fingerprint {out.fingerprint}")
     print(f"dataset {out.summary['dataset']} sha256 {out.summary['dataset_sha256']}")

@@ -179,7 +179,11 @@ def memory_signals(engine: Engine, query: str, now: str, memories: Sequence[Memo
                             vectors=vectors)
     st = P.run_pipeline("", query, now, s, corpus,
                         encode=engine.encoder().encode if s.use_dense else None,
-                        score_pairs=engine.cross().raw_scores if s.rerank else None)
+                        score_pairs=engine.retriever.score_pairs if s.reranks_any() else None)
+    # the cross-encoder logits the pipeline computed for exactly (query, memory text): a
+    # memory's one turn under the turn unit. The gate reuses them instead of scoring again.
+    scored = {i: float(st.raw[i]) for i in st.reranked
+              if st.settings.rerank_unit == "turn" and st.traces[i].get("rerank_turn") == 0}
     zeros = np.zeros(n)
     sig = {name: st.signals[name].scores if name in st.signals else zeros
            for name in st.qtrace.get("signals", [])}
@@ -192,7 +196,7 @@ def memory_signals(engine: Engine, query: str, now: str, memories: Sequence[Memo
     return {"qvec": st.q_vec, "dense": sig.get("dense", zeros), "bm25": sig.get("bm25_user", zeros),
             "signals": {k: v for k, v in sig.items() if k not in ("dense", "bm25_user")},
             "fused": st.fused if n else zeros, "mult": st.mult if n else np.ones(n),
-            "time": time_f, "order": list(st.order),
+            "time": time_f, "order": list(st.order), "cross_raw": scored,
             "terms": [term_coverage(query, m.text) for m in memories],
             "window": None if window is None else {"start": window.start.isoformat(),
                                                    "end": window.end.isoformat(),
@@ -219,8 +223,11 @@ def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[
 
     def conf_full(idxs: list[int]) -> dict[int, float]:
         if s.rerank:
-            raw = engine.cross().raw_scores([(query, memories[i].text) for i in idxs])
-            return {i: sigmoid(x) for i, x in zip(idxs, raw, strict=True)}
+            known = sig["cross_raw"]  # scored by the pipeline's rerank stage: never twice
+            todo = [i for i in idxs if i not in known]
+            raw = dict(zip(todo, engine.cross().raw_scores(
+                [(query, memories[i].text) for i in todo]), strict=True)) if todo else {}
+            return {i: sigmoid(known[i] if i in known else raw[i]) for i in idxs}
         assert cal is not None
         if isinstance(cal, ContextCalibration):
             conf = cal.confidences(candidate_features(query, sig, cands))

@@ -135,7 +135,7 @@ class HybridRetriever:
         self.embedding_ref = (resolve_model(s.embedding_model, "embedding")
                               if s.use_dense else None)
         self.reranker_ref = (resolve_model(s.reranker_model, "reranker")
-                             if s.rerank else None)
+                             if s.reranks_any() else None)
         from engram_eval.retrieval.onnx_export import (
             prepare_embedding_backend,
             prepare_reranker_backend,
@@ -146,7 +146,7 @@ class HybridRetriever:
                                                   s.embedding_precision, s.cache_dir)
         self.reranker_onnx_ref = (prepare_reranker_backend(s.reranker_backend, self.reranker_ref,
                                                            s.reranker_precision, s.cache_dir)
-                                  if s.rerank else None)
+                                  if s.reranks_any() else None)
         self._cache: Any = vector_cache
         self._encoder: Any = None
         self._cross: Any = None
@@ -209,6 +209,11 @@ class HybridRetriever:
                                              self.settings.rerank_max_length)
         return self._cross
 
+    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        """Raw cross-encoder scores; the model loads on the first call, so a run whose
+        haystacks are never reranked (people's chats by default) never loads it."""
+        return list(self.cross_encoder().raw_scores(pairs))
+
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self._encoder is not None:
@@ -242,7 +247,7 @@ class HybridRetriever:
         st = P.run_pipeline(question.question_id, question.question, question.question_date,
                             c, self._corpus,
                             encode=self.encoder().encode if c.use_dense else None,
-                            score_pairs=self.cross_encoder().raw_scores if c.rerank else None)
+                            score_pairs=self.score_pairs if c.reranks_any() else None)
         self._qtrace = {(question.question_id, question.question): dict(st.qtrace)}
         sessions = self._sessions
         return Ranking(question.question_id, tuple(

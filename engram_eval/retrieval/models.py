@@ -133,9 +133,91 @@ def _hf_cache_snapshot(repo_id: str) -> tuple[Path, str] | None:
     return None
 
 
+#: Where the models the package ships live (package data, one directory per model name).
+SHIPPED_ROOT = Path(__file__).resolve().parent.parent / "models"
+#: The settings card inside a shipped (or any) model directory.
+CARD_FILE = "card.json"
+SHIPPED_CARD_KIND = "engram-eval/shipped-model"
+
+
+def shipped_models() -> list[str]:
+    """Names of the models shipped with the package (each a directory with a card)."""
+    if not SHIPPED_ROOT.is_dir():
+        return []
+    return sorted(d.name for d in SHIPPED_ROOT.iterdir() if (d / CARD_FILE).is_file())
+
+
+def read_card(directory: Path) -> dict[str, Any]:
+    """The settings card of a model directory (``card.json``); one clear error when it is
+    unreadable or not a card."""
+    import json
+
+    path = directory / CARD_FILE
+    try:
+        if path.stat().st_size > (4 << 20):
+            raise ModelUnavailableError(f"{path}: a model card is at most 4 MiB")
+        card = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ModelUnavailableError(f"{path}: cannot read the model card: {e}") from None
+    if not isinstance(card, dict) or not isinstance(card.get("files"), dict):
+        raise ModelUnavailableError(f"{path}: not a model card (no 'files' mapping of "
+                                    "file -> sha256)")
+    return card
+
+
+def check_card_files(directory: Path, card: dict[str, Any], files: dict[str, str]) -> None:
+    """Every file the card lists is present with its sha256, and no other model file is
+    there (the card itself aside); else one error naming the file."""
+    expected = card["files"]
+    for name in sorted(expected):
+        if name not in files:
+            raise ModelUnavailableError(f"{directory / name}: missing (the model card "
+                                        f"{directory / CARD_FILE} lists it); reinstall the "
+                                        "package or restore the file")
+        if files[name] != expected[name]:
+            raise ModelUnavailableError(
+                f"{directory / name}: sha256 {files[name][:16]}… differs from the model "
+                f"card's {str(expected[name])[:16]}… ({directory / CARD_FILE}): the file or "
+                "the card was altered; reinstall the package or restore both")
+    extra = sorted(set(files) - set(expected) - {CARD_FILE})
+    if extra:
+        raise ModelUnavailableError(f"{directory / extra[0]}: not listed in the model card "
+                                    f"{directory / CARD_FILE}; remove it or restore the card")
+
+
+def _shipped(name: str, role: str) -> ModelRef:
+    directory = SHIPPED_ROOT / name
+    card = read_card(directory)
+    if card.get("role") != role:
+        raise ModelUnavailableError(f"{name!r} is a shipped {card.get('role')} model, not a "
+                                    f"{role} model")
+    files, combined = hash_model_dir(directory)
+    check_card_files(directory, card, files)
+    return ModelRef(role, name, str(directory), f"package:engram-eval/{name}",
+                    str(card.get("version", "")), files, combined)
+
+
+def model_settings_card(ref: ModelRef) -> tuple[dict[str, Any] | None, str]:
+    """(the ``settings`` a model's card chose for it, a label naming the card) for a resolved
+    model: the card of a shipped model, or a ``card.json`` with ``settings`` inside a model
+    directory given by path. ``(None, "")`` when there is none (a pretrained model, or a
+    ``train-reranker`` output, whose card beside it records training, not a choice)."""
+    directory = Path(ref.path)
+    if not (directory / CARD_FILE).is_file():
+        return None, ""
+    card = read_card(directory)
+    settings = card.get("settings")
+    if not isinstance(settings, dict):
+        return None, ""
+    return dict(settings), f"card:{ref.name}"
+
+
 def resolve_model(name_or_path: str, role: str) -> ModelRef:
     """Resolve a model to files on disk, or raise :class:`ModelUnavailableError` saying how
-    to provide it. Never downloads."""
+    to provide it. Never downloads. A shipped model (:func:`shipped_models`, by name) is
+    checked against its card's file hashes first."""
+    if name_or_path in shipped_models():
+        return _shipped(name_or_path, role)
     p = Path(name_or_path).expanduser()
     if p.is_dir():
         files, combined = hash_model_dir(p)
@@ -162,7 +244,8 @@ def resolve_model(name_or_path: str, role: str) -> ModelRef:
         + "-model /path/to/model, a folder with config.json and weights), or populate the "
         "Hugging Face cache beforehand on a machine with access, e.g. "
         f"`huggingface-cli download {name_or_path}` (cache: $HF_HOME/hub)."
-        + (" Or train one on a tuning part: `engram-eval train-reranker PART --run RUN "
+        + (" Shipped with the package: " + (", ".join(shipped_models()) or "none")
+           + ". Or train one on a tuning part: `engram-eval train-reranker PART --run RUN "
            "--output DIR`, then --reranker-model DIR --rerank-unit turn."
            if role == "reranker" else "")
     )

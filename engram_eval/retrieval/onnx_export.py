@@ -274,7 +274,13 @@ def _export_cross_fp32(model_dir: Path, target: Path) -> list[str]:
     return names
 
 
-def _quantize(src: Path, target: Path, scheme: str) -> None:
+#: Operators dynamic int8 quantisation covers: the weight matrices. A shipped graph also
+#: quantises the token-embedding table (``Gather``), which is most of a small model's bytes.
+QUANT_OPS = ("MatMul", "Gemm")
+
+
+def _quantize(src: Path, target: Path, scheme: str,
+              op_types: tuple[str, ...] = QUANT_OPS) -> None:
     try:
         from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError as e:
@@ -283,7 +289,7 @@ def _quantize(src: Path, target: Path, scheme: str) -> None:
     s = QUANT_SETTINGS[scheme]
     quantize_dynamic(str(src), str(target), weight_type=getattr(QuantType, s["weight_type"]),
                      reduce_range=s["reduce_range"], per_channel=s["per_channel"],
-                     op_types_to_quantize=["MatMul", "Gemm"])
+                     op_types_to_quantize=list(op_types))
 
 
 def export_onnx(source: ModelRef, precision: str = "fp32",
@@ -370,10 +376,34 @@ def prepare_embedding_backend(backend: str, source: ModelRef | None, precision: 
     return export_onnx(source, precision, cache_root or None)
 
 
+def preexported_precision(model: ModelRef) -> str | None:
+    """The precision of a model directory that already holds an exported ONNX graph
+    (``model.onnx`` and its ``export.json``, as the shipped reranker does), else None."""
+    d = Path(model.path)
+    if not (d / "model.onnx").is_file():
+        return None
+    try:
+        info = json.loads((d / "export.json").read_text(encoding="utf-8"))
+        return str(info["recipe"]["precision"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ModelUnavailableError(f"{d / 'export.json'}: cannot read the ONNX graph's "
+                                    f"export record: {e}") from None
+
+
 def prepare_reranker_backend(backend: str, source: ModelRef | None, precision: str,
                              cache_root: str | Path | None = None) -> ModelRef | None:
     """As :func:`prepare_embedding_backend`, for the cross-encoder (``reranker_backend``,
-    ``reranker_precision``): the exported model for ``onnx``, None otherwise."""
+    ``reranker_precision``): the exported model for ``onnx``, None otherwise. A model that
+    already is an ONNX graph (:func:`preexported_precision`) is used as it is: it needs the
+    ``onnx`` backend and its own precision, and returns None (nothing else to record)."""
+    stored = preexported_precision(source) if source is not None else None
+    if stored is not None and source is not None:
+        if backend != "onnx" or precision != stored:
+            raise ConfigError(f"reranker model {source.name!r} is stored as an ONNX {stored} "
+                              f"graph: it runs with reranker_backend=onnx and "
+                              f"reranker_precision={stored} only (asked: {backend}, "
+                              f"{precision})")
+        return None
     if precision == "int8" and backend != "onnx":
         raise ConfigError("config field reranker_precision=int8 needs reranker_backend=onnx "
                           "(dynamic int8 quantisation)")

@@ -492,11 +492,12 @@ def run_pipeline(question_id: str, text: str, question_date: str,
     signals_stage(st, encode)
     fusion_stage(st)
     temporal_stage(st)
-    if settings.rerank:
+    c = st.settings  # this haystack's structure decides whether it is reranked
+    if c.rerank:
         if score_pairs is None:
             raise ValueError("run_pipeline: rerank needs a cross-encoder")
         rerank_stage(st, score_pairs)
-        if settings.preserve_prior:
+        if c.preserve_prior:
             coverage_stage(st)
     return st
 

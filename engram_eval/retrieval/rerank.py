@@ -167,6 +167,10 @@ def make_cross_encoder(backend: str, ref: ModelRef, max_length: int, batch_size:
     if backend == "flag_embedding":
         return FlagCrossEncoder(ref, max_length)
     if backend == "onnx":
+        from pathlib import Path
+
+        if onnx_ref is None and (Path(ref.path) / "model.onnx").is_file():
+            return OnnxCrossEncoder(ref, max_length, batch_size, source=ref)  # pre-exported
         if onnx_ref is None:
             from engram_eval.retrieval.onnx_export import export_reranker_onnx
 

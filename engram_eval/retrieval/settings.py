@@ -21,7 +21,7 @@ fingerprint, and its bounds. ``describe()`` of a retriever is derived from these
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -40,6 +40,21 @@ SIGNALS: tuple[tuple[str, str, str], ...] = (
 
 #: Groups whose fields may differ by chat structure (``people_overrides``).
 STRUCTURE_GROUPS = ("fusion", "temporal")
+#: Rerank fields that may differ by chat structure too: whether a haystack is reranked, how
+#: many candidates, and the blend (a reranker's card may choose them per structure).
+STRUCTURE_RERANK_FIELDS = ("rerank", "rerank_candidates", "fusion_alpha")
+
+#: The rerank fields a reranker's settings card chooses (the configuration the model was
+#: measured with; :func:`apply_model_card`). A model without such a card gets, for each of
+#: these not given explicitly, the generic cross-encoder rule below (a pretrained BGE-style
+#: model scoring session passages): the package defaults these fields had before a shipped
+#: reranker existed.
+CARD_FIELDS = ("reranker_backend", "reranker_precision", "rerank_unit", "rerank_max_length",
+               "rerank_candidates", "fusion_alpha")
+GENERIC_RERANK: dict[str, Any] = {"reranker_backend": "sentence_transformers",
+                                  "reranker_precision": "fp32", "rerank_unit": "passage",
+                                  "rerank_max_length": 512, "rerank_candidates": 35,
+                                  "fusion_alpha": 0.0}
 
 #: The default ``people_overrides``: chosen by ``engram-eval tune`` on the LoCoMo10 tune
 #: conversations beside the LongMemEval tune part and run once on the held-out conversations
@@ -267,12 +282,14 @@ class RetrievalSettings:
                 raise ConfigError("config field people_overrides: must be a mapping of "
                                   "fusion/temporal field -> value")
             allowed = {f.name for f in fields(self)
-                       if f.metadata.get("group") in STRUCTURE_GROUPS
+                       if (f.metadata.get("group") in STRUCTURE_GROUPS
+                           or f.name in STRUCTURE_RERANK_FIELDS)
                        and f.name != "people_overrides"}
             bad = sorted(str(k) for k in self.people_overrides if k not in allowed)
             if bad:
-                raise ConfigError(f"config field people_overrides: {bad[0]!r} is not a fusion "
-                                  f"or temporal field; allowed: {sorted(allowed)}")
+                raise ConfigError(f"config field people_overrides: {bad[0]!r} is not a fusion, "
+                                  f"temporal or per-structure rerank field; allowed: "
+                                  f"{sorted(allowed)}")
             try:
                 dataclasses.replace(self, people_overrides={}, **self.people_overrides)
             except ConfigError as e:
@@ -296,6 +313,11 @@ class RetrievalSettings:
         if chat_roles or not self.people_overrides:
             return self
         return dataclasses.replace(self, people_overrides={}, **self.people_overrides)
+
+    def reranks_any(self) -> bool:
+        """Whether some haystack is reranked: ``rerank``, or ``people_overrides`` switching
+        it on for people's chats (the cross-encoder must then be resolved and recorded)."""
+        return bool(self.rerank or (self.people_overrides or {}).get("rerank"))
 
     def signal_names(self) -> list[str]:
         """Signals switched on (computed and traced), in trace order."""
@@ -378,11 +400,78 @@ def describe_settings(settings: RetrievalSettings) -> dict[str, Any]:
             continue
         g = m["group"]
         off = ((g == "dense" and not settings.use_dense)
-               or (g == "rerank" and not settings.rerank))
+               or (g == "rerank" and not settings.reranks_any()))
         if off and not (f.name.startswith("use_") or f.name == "rerank"):
             continue
         out.setdefault(g, {})[f.name] = getattr(settings, f.name)
     return out
+
+
+def apply_model_card(settings: RetrievalSettings, card: Mapping[str, Any] | None,
+                     explicit: Collection[str], label: str
+                     ) -> tuple[RetrievalSettings, dict[str, str]]:
+    """``settings`` with the reranker's chosen configuration applied, and where each rerank
+    field came from. ``card`` is the ``settings`` mapping of the model's settings card (None:
+    the model has none); ``explicit`` the fields the user gave (CLI or YAML: those always
+    win); ``label`` names the card in the origins (e.g. ``card:engram-ce-minilm-v1``).
+
+    Without a rerank anywhere nothing changes. Otherwise each of :data:`CARD_FIELDS` not given
+    explicitly takes the card's value, or, for a model without a card, the generic rule
+    (:data:`GENERIC_RERANK`); the card's ``people_overrides`` (e.g. ``{"rerank": false}``:
+    people's chats not reranked) are merged into the current ones unless those were given."""
+    if not settings.reranks_any():
+        return settings, {}
+    card = dict(card or {})
+    changes: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for name in CARD_FIELDS:
+        if name in explicit:
+            origins[name] = "explicit"
+        elif name in card:
+            changes[name] = card[name]
+            origins[name] = label
+        else:
+            changes[name] = GENERIC_RERANK[name]
+            origins[name] = "generic (the model has no settings card)"
+    people = card.get("people_overrides")
+    if people:
+        if "people_overrides" in explicit:
+            origins["people_overrides"] = "explicit"
+        else:
+            changes["people_overrides"] = {**(settings.people_overrides or {}), **people}
+            origins["people_overrides"] = f"{label} (merged into the defaults)"
+    try:
+        return dataclasses.replace(settings, **changes), origins
+    except ConfigError as e:
+        raise ConfigError(f"{label}: its settings are not valid here: {e}") from None
+
+
+def pipeline_line(settings: RetrievalSettings, origins: Mapping[str, str] | None = None
+                  ) -> str:
+    """One line naming the stages a hybrid run goes through with ``settings`` (printed by
+    ``run``; ``origins``: where the rerank settings came from)."""
+    stages = ["signals " + "+".join(settings.signal_names()),
+              f"{settings.fusion} fusion ({settings.normalisation})"
+              if settings.fusion == "convex" else f"rrf fusion (k {settings.rrf_k:g})"]
+    if settings.temporal:
+        stages.append(f"temporal x{settings.temporal_boost:g}")
+    if settings.reranks_any():
+        src = sorted(set((origins or {}).values()) - {"explicit"})
+        people = (settings.for_chat_roles(False).rerank if settings.people_overrides
+                  else settings.rerank)
+        stages.append(
+            f"rerank {settings.reranker_model} ({settings.reranker_backend} "
+            f"{settings.reranker_precision}, unit {settings.rerank_unit}, "
+            f"{settings.rerank_max_length} tokens, top {settings.rerank_candidates}, "
+            f"fusion_alpha {settings.fusion_alpha:g}"
+            + (f"; settings from {', '.join(src)}" if src else "")
+            + ("" if settings.rerank else "; people's chats only")
+            + ("" if people or not settings.rerank else "; people's chats: off") + ")")
+        if settings.preserve_prior:
+            stages.append(f"coverage (prior leader in top {settings.result_k})")
+    else:
+        stages.append("no rerank")
+    return "pipeline: " + " -> ".join(stages)
 
 
 def replace_settings(settings: RetrievalSettings, **changes: Any) -> RetrievalSettings:

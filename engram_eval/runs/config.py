@@ -80,6 +80,11 @@ class RunConfig(RetrievalSettings, MemoLexicalSettings):
                           "start a local Ray instance", group="runtime", fingerprint=False)
     ray_workers: int = _f(2, "Ray actors (each loads the models once)", group="runtime",
                           fingerprint=False, lo=1, hi=4096)
+    settings_sources: dict = _f({}, "where each rerank setting came from: 'explicit' (CLI "
+                                "or YAML), the reranker's settings card ('card:NAME'), or the "
+                                "generic rule for a model without a card; filled by "
+                                "resolve_model_settings and recorded in the sidecar",
+                                group="runtime", fingerprint=False, cli=False)
 
     def _validate(self) -> None:
         super()._validate()
@@ -306,14 +311,37 @@ _GROUP_HELP = {
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    """Defaults < --config YAML < explicit CLI values."""
-    base = RunConfig.from_yaml(args.config) if getattr(args, "config", None) else RunConfig()
+    """Defaults < the reranker's settings card < --config YAML < explicit CLI values."""
+    explicit: set[str] = set()
+    base = RunConfig()
+    if getattr(args, "config", None):
+        data = read_yaml_mapping(args.config, "config", "a mapping of config fields")
+        base = RunConfig.from_mapping(data, source=str(args.config))
+        explicit = {str(k).replace("-", "_") for k in data}
     changes = {}
     for f in fields(RunConfig):
         v = getattr(args, f.name, None)
         if v is not None:
             changes[f.name] = v
     try:
-        return dataclasses.replace(base, **changes).validate()
+        config = dataclasses.replace(base, **changes).validate()
     except TypeError as e:  # pragma: no cover
         raise ConfigError(str(e)) from e
+    return resolve_model_settings(config, explicit | set(changes))
+
+
+def resolve_model_settings(config: RunConfig, explicit: set[str]) -> RunConfig:
+    """``config`` with its reranker's chosen settings applied to every rerank field the user
+    did not give (``explicit``: CLI flags and YAML keys), and ``settings_sources`` saying
+    where each came from (:func:`engram_eval.retrieval.settings.apply_model_card`). A run
+    rebuilt from a sidecar (``verify --rerun``, the frozen manifest) is not resolved again:
+    its recorded values are the resolved ones."""
+    from engram_eval.retrieval.models import model_settings_card, resolve_model
+    from engram_eval.retrieval.settings import apply_model_card
+
+    if not config.reranks_any() or config.retriever not in ("hybrid", "dense", "bm25"):
+        return config
+    card, label = model_settings_card(resolve_model(config.reranker_model, "reranker"))
+    resolved, origins = apply_model_card(config, card, explicit, label)
+    assert isinstance(resolved, RunConfig)
+    return resolved.replace(settings_sources=origins)

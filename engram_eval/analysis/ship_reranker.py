@@ -1,0 +1,113 @@
+"""Turn a trained cross-encoder into a shipped model: an ONNX graph in the package, with a card.
+
+``ship(model_dir, training_card, output)`` takes a ``train-reranker`` output (a fine-tuned
+sequence-classification model and its ``DIR.card.json``), checks that the directory holds
+exactly the files the training card hashed (so the shipped model is the one the card
+describes), exports it to ONNX at the stored precision (:mod:`engram_eval.retrieval.onnx_export`,
+int8: dynamic quantisation with unsigned int8 weights per output channel, the scheme that is
+correct on every x86 CPU, VNNI or not), and writes ``output/`` with:
+
+* ``model.onnx``, ``tokenizer.json``, ``config.json`` and ``export.json`` (the export recipe:
+  exporter, opset, library versions, quantisation settings);
+* ``card.json``: the shipped model's name and version, its role, the stored form, the source
+  model's file hashes, the whole training card (parts and their hashes, base model hash,
+  settings, pair counts, loss curve, output file hashes), the ``settings`` it was chosen with
+  (applied by ``run --rerank`` to every rerank field not given explicitly:
+  :func:`engram_eval.retrieval.settings.apply_model_card`), what those choices rest on, and the
+  sha256 of every other file in the directory, which
+  :func:`engram_eval.retrieval.models.resolve_model` checks on every use.
+
+Nothing is overwritten; the output directory must not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from engram_eval.errors import ConfigError, ProvenanceError
+
+#: Files copied into a shipped model directory (besides the card).
+SHIPPED_FILES = ("model.onnx", "tokenizer.json", "export.json", "config.json")
+#: The int8 scheme of a shipped graph: U8U8 (correct with and without VNNI).
+SHIPPED_INT8_SCHEME = "generic"
+#: What a shipped int8 graph quantises: the weight matrices and the token-embedding table
+#: (MiniLM's 30,522 x 384 table is 45 MiB in fp32, the rest 11 MiB in int8).
+SHIPPED_INT8_OPS = ("MatMul", "Gemm", "Gather")
+
+
+def ship(model_dir: str | Path, training_card: str | Path, output: str | Path, *, name: str,
+         version: str, settings: Mapping[str, Any], chosen_by: str,
+         precision: str = "int8") -> dict[str, Any]:
+    """See the module docstring; returns the card written to ``output/card.json``."""
+    from engram_eval.retrieval.models import (
+        CARD_FILE,
+        SHIPPED_CARD_KIND,
+        hash_model_dir,
+        resolve_model,
+    )
+    from engram_eval.retrieval.onnx_export import _quantize, export_reranker_onnx, recipe
+    from engram_eval.retrieval.settings import CARD_FIELDS, STRUCTURE_RERANK_FIELDS
+
+    out = Path(output)
+    if out.exists() or out.is_symlink():
+        raise ProvenanceError(f"{out}: exists; shipping never overwrites")
+    unknown = sorted(set(settings) - set(CARD_FIELDS) - {"people_overrides"})
+    if unknown:
+        raise ConfigError(f"ship: settings {unknown} are not rerank fields a card may choose "
+                          f"({list(CARD_FIELDS)} and people_overrides)")
+    bad_people = sorted(set(settings.get("people_overrides") or {})
+                        - set(STRUCTURE_RERANK_FIELDS))
+    if bad_people:
+        raise ConfigError(f"ship: people_overrides {bad_people} are not per-structure rerank "
+                          f"fields ({list(STRUCTURE_RERANK_FIELDS)})")
+    train_card = json.loads(Path(training_card).read_text(encoding="utf-8"))
+    source = resolve_model(str(model_dir), "reranker")
+    trained = {k: v for k, v in (train_card.get("output_files") or {}).items()
+               if k != "README.md"}  # sentence-transformers' README states the wall time
+    hashed = {k: v for k, v in source.files_sha256.items() if k in trained}
+    if not trained or hashed != trained:
+        differ = sorted(k for k in set(trained) | set(hashed) if trained.get(k) != hashed.get(k))
+        raise ProvenanceError(f"{model_dir}: its files are not the ones {training_card} "
+                              f"hashed (differing: {', '.join(differ[:5]) or 'none listed'})")
+    with tempfile.TemporaryDirectory(prefix="engram-ship-") as scratch:
+        exported = Path(export_reranker_onnx(source, "fp32", scratch).path)
+        export_info = json.loads((exported / "export.json").read_text(encoding="utf-8"))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+        tmp.chmod(0o755)  # package data: readable by every user
+        try:
+            if precision == "int8":
+                _quantize(exported / "model.onnx", tmp / "model.onnx", SHIPPED_INT8_SCHEME,
+                          SHIPPED_INT8_OPS)
+                rec = recipe("int8", SHIPPED_INT8_SCHEME, "reranker")
+                rec["quantization"]["op_types"] = list(SHIPPED_INT8_OPS)
+                export_info["recipe"] = rec
+            else:
+                shutil.copyfile(exported / "model.onnx", tmp / "model.onnx")
+            shutil.copyfile(exported / "tokenizer.json", tmp / "tokenizer.json")
+            shutil.copyfile(Path(source.path) / "config.json", tmp / "config.json")
+            (tmp / "export.json").write_text(json.dumps(export_info, indent=2, sort_keys=True)
+                                             + "\n", encoding="utf-8")
+            files, _ = hash_model_dir(tmp)
+            card = {
+                "kind": SHIPPED_CARD_KIND, "name": name, "version": version,
+                "role": "reranker",
+                "form": {"format": "onnx", "precision": precision,
+                         "recipe": export_info.get("recipe")},
+                "source_model": source.to_json(with_path=False),
+                "training_card": train_card,
+                "settings": dict(settings), "settings_chosen_by": chosen_by,
+                "files": files,
+            }
+            (tmp / CARD_FILE).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n",
+                                         encoding="utf-8")  # (a fresh private directory)
+            tmp.rename(out)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp)
+    return card
