@@ -12,7 +12,7 @@
 # comparator; `scripts/publish_rerank.sh` step 5 re-creates it, in float noise).
 #
 # lme     the LongMemEval dev split's held-out part (re-created from the published manifest and
-#         hash-checked), frozen then run once with `--rerank` and nothing else (the card's
+#         hash-checked), frozen then run once with `--rerank --reranker-model NAME` (the card's
 #         settings) and once with the fp32 model at the same settings; both verified with
 #         --rerun 3; paired comparisons: shipped vs fp32 (the stored form's check), vs §6's
 #         reranked run, vs §1's no-rerank default. Regression checks by the ledger.
@@ -63,7 +63,7 @@ case "$STEP" in
   lme)
     recreate_split results/longmemeval_s_dev_split/split_manifest.json "$LME" "$SCRATCH/lme"
     HELD=$(part_of "$SCRATCH/lme" heldout)
-    heldout "$HELD" heldout_lme_shipped --rerank
+    heldout "$HELD" heldout_lme_shipped --rerank --reranker-model "$NAME"
     heldout "$HELD" heldout_lme_fp32 "${FP32_ARGS[@]}"
     compare "$OUT/heldout_lme_fp32.jsonl.gz" "$OUT/heldout_lme_shipped.jsonl.gz" shipped_vs_fp32
     compare results/longmemeval_s_dev_rerank/heldout_rerank.jsonl.gz \
@@ -74,7 +74,7 @@ case "$STEP" in
   locomo)
     recreate_split results/structure/locomo_split_manifest.json "$LOCOMO" "$SCRATCH/loc"
     HELD=$(part_of "$SCRATCH/loc" heldout)
-    heldout "$HELD" heldout_locomo_shipped --rerank
+    heldout "$HELD" heldout_locomo_shipped --rerank --reranker-model "$NAME"
     for n in tuned bm25_only; do
       compare "results/structure/heldout_locomo_$n.jsonl.gz" \
         "$OUT/heldout_locomo_shipped.jsonl.gz" "locomo_shipped_vs_$n" --cluster id-prefix
