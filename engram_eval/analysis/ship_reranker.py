@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError, ProvenanceError
+from engram_eval.io import atomic_write
 
 #: Files copied into a shipped model directory (besides the card).
 SHIPPED_FILES = ("model.onnx", "tokenizer.json", "export.json", "config.json")
@@ -91,8 +92,8 @@ def ship(model_dir: str | Path, training_card: str | Path, output: str | Path, *
                 shutil.copyfile(exported / "model.onnx", tmp / "model.onnx")
             shutil.copyfile(exported / "tokenizer.json", tmp / "tokenizer.json")
             shutil.copyfile(Path(source.path) / "config.json", tmp / "config.json")
-            (tmp / "export.json").write_text(json.dumps(export_info, indent=2, sort_keys=True)
-                                             + "\n", encoding="utf-8")
+            atomic_write(tmp / "export.json",
+                         json.dumps(export_info, indent=2, sort_keys=True) + "\n")
             files, _ = hash_model_dir(tmp)
             card = {
                 "kind": SHIPPED_CARD_KIND, "name": name, "version": version,
@@ -104,8 +105,9 @@ def ship(model_dir: str | Path, training_card: str | Path, output: str | Path, *
                 "settings": dict(settings), "settings_chosen_by": chosen_by,
                 "files": files,
             }
-            (tmp / CARD_FILE).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n",
-                                         encoding="utf-8")  # (a fresh private directory)
+            atomic_write(tmp / CARD_FILE, json.dumps(card, indent=2, sort_keys=True) + "\n")
+            for f in tmp.iterdir():
+                f.chmod(0o644)  # package data: readable by every user
             tmp.rename(out)
         finally:
             if tmp.exists():
