@@ -35,7 +35,8 @@ def folds(tmp_path_factory: pytest.TempPathFactory, tiny_embedding_model: str
     d = tmp_path_factory.mktemp("choose")
     cand = d / "cand.jsonl"
     common = ["--embedding-model", tiny_embedding_model, "--embedding-backend",
-              "sentence_transformers", "--cache-dir", str(d / "cache")]
+              "sentence_transformers", "--cache-dir", str(d / "cache"),
+              "--no-rerank"]  # the first stage; a reranked candidate says --rerank after it
     assert cli.main(["run", str(TINY), "--output", str(cand), *common]) == 0
     models = {}
     for i in (0, 1):

@@ -132,7 +132,10 @@ def test_config_is_never_auto_loaded_from_cwd(tmp_path: Path) -> None:
                cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     cfg = meta_of(out)["config"]
-    assert cfg["retriever"] == "flat-bm25" and cfg["rrf_k"] == 60.0 and cfg["fusion_alpha"] == 0.0
+    from engram_eval.runs.config import RunConfig
+
+    assert cfg["retriever"] == "flat-bm25" and cfg["rrf_k"] == 60.0
+    assert cfg["fusion_alpha"] == RunConfig().fusion_alpha  # the default, not 5
 
 
 # -- selections ---------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from engram_eval.retrieval.hybrid import (
 from engram_eval.retrieval.passages import select_excerpt
 from engram_eval.retrieval.pipeline import rerank_document
 from engram_eval.retrieval.rerank import sigmoid
+from engram_eval.retrieval.settings import GENERIC_RERANK
 from engram_eval.runs.config import RunConfig
 
 QUESTION_DATE = "2023/06/10 (Sat) 18:00"
@@ -90,13 +91,17 @@ def base_config(tiny_embedding_model: str, cache_dir: str) -> RunConfig:
                                progress=False, fusion="rrf", rrf_k=60.0, weight_dense=1.0,
                                weight_bm25_user=1.0, weight_bm25_assistant=0.5,
                                use_bm25_turn=False, weight_bm25_turn=0.0, temporal=True,
-                               temporal_boost=1.25)
+                               temporal_boost=1.25, rerank=False)
 
 
 @pytest.fixture(scope="module")
 def rerank_config(base_config: RunConfig, tiny_cross_encoder: str) -> RunConfig:
+    # the generic cross-encoder rule (passage unit, no blend, torch), as a model without a
+    # settings card gets it from `run`; these tests check that stage, not the shipped one
+    generic = {k: v for k, v in GENERIC_RERANK.items()
+               if k not in ("rerank_candidates", "rerank_max_length")}
     return base_config.replace(rerank=True, reranker_model=tiny_cross_encoder,
-                               rerank_candidates=100, rerank_max_length=128)
+                               rerank_candidates=100, rerank_max_length=128, **generic)
 
 
 def run(config: RunConfig, q: Question, factory=make_hybrid):  # type: ignore[no-untyped-def]
@@ -473,7 +478,7 @@ def test_corpus_without_user_roles_uses_every_turn(tmp_path) -> None:
     sessions = [sess("s1", "we talked about pottery classes"),
                 sess("s2", "Caroline went hiking in the mountains"),
                 sess("s3", "a chat about painting sunsets")]
-    cfg = RunConfig(use_dense=False, cache_dir=str(tmp_path), progress=False)
+    cfg = RunConfig(use_dense=False, cache_dir=str(tmp_path), progress=False, rerank=False)
     r = HybridRetriever(cfg, name="bm25")
     r.index(sessions)
     q = Question("q", "4", "Where did Caroline go hiking?", "", "1:56 pm on 8 May, 2023",

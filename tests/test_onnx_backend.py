@@ -130,7 +130,7 @@ def test_hybrid_onnx_records_export_and_ranks_like_torch(src, tiny_embedding_mod
                  tuple(sessions), ("s0",))
     common = dict(embedding_model=tiny_embedding_model, use_bm25_user=False,
                   use_bm25_assistant=False, temporal=False, cache_dir=str(cache_root),
-                  use_cache=False)
+                  use_cache=False, rerank=False)
     rankings = {}
     for backend in ("sentence_transformers", "onnx"):
         r = HybridRetriever(RunConfig(embedding_backend=backend, **common))

@@ -117,24 +117,29 @@ def test_export_is_cached(src, cache_root: Path) -> None:  # type: ignore[no-unt
 
 
 def test_settings_and_retriever_wiring(tiny_cross_encoder: str, cache_root: Path) -> None:
-    assert RetrievalSettings().reranker_backend == "sentence_transformers"
-    assert RetrievalSettings().reranker_precision == "fp32"
+    # the defaults are the shipped reranker's stored form (ONNX int8)
+    assert RetrievalSettings().reranker_backend == "onnx"
+    assert RetrievalSettings().reranker_precision == "int8"
     with pytest.raises(ConfigError, match="reranker_precision"):
         RetrievalSettings(reranker_precision="bf16")
     on = RetrievalSettings(rerank=True, reranker_backend="onnx", reranker_precision="int8")
     assert describe_settings(on)["rerank"]["reranker_precision"] == "int8"
-    assert "reranker_precision" not in describe_settings(RetrievalSettings())["rerank"]
+    off = RetrievalSettings(rerank=False, people_overrides={})
+    assert "reranker_precision" not in describe_settings(off)["rerank"]
+    torch = dict(reranker_backend="sentence_transformers", reranker_precision="fp32")
     with pytest.raises(ConfigError, match="reranker_precision=int8"):
         HybridRetriever(RetrievalSettings(rerank=True, reranker_model=tiny_cross_encoder,
+                                          reranker_backend="sentence_transformers",
                                           reranker_precision="int8", use_dense=False,
                                           cache_dir=str(cache_root)))
     r = HybridRetriever(RetrievalSettings(rerank=True, reranker_model=tiny_cross_encoder,
-                                          reranker_backend="onnx", use_dense=False,
-                                          cache_dir=str(cache_root)))
+                                          reranker_backend="onnx", reranker_precision="fp32",
+                                          use_dense=False, cache_dir=str(cache_root)))
     assert [m.role for m in r.models()] == ["reranker", "reranker-onnx"]
     assert isinstance(r.cross_encoder().model, OnnxCrossEncoder)
     plain = HybridRetriever(RetrievalSettings(rerank=True, reranker_model=tiny_cross_encoder,
-                                              use_dense=False, cache_dir=str(cache_root)))
+                                              use_dense=False, cache_dir=str(cache_root),
+                                              **torch))
     assert [m.role for m in plain.models()] == ["reranker"]
 
 

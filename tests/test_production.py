@@ -71,7 +71,8 @@ def calibrated(tiny_embedding_model, tmp_path_factory):
 
     d = tmp_path_factory.mktemp("calibration")
     fx = _write(d / "tiny.json", FIXTURE)
-    settings = ProductionSettings(embedding_model=tiny_embedding_model)
+    settings = ProductionSettings(embedding_model=tiny_embedding_model,
+                                  rerank=False)  # the calibrated gate (no cross-encoder)
     doc = C.fit(fx, Engine(settings))
     cal = d / "calibration.json"
     C.write_calibration(doc, cal)

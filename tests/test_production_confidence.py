@@ -153,7 +153,7 @@ def tiny_engine(tiny_embedding_model):
     from engram_eval.production.settings import ProductionSettings
 
     return Engine(ProductionSettings(embedding_model=tiny_embedding_model, excerpt_retry=False,
-                                     candidates=4))
+                                     candidates=4, rerank=False))  # the calibrated gate
 
 
 def test_fit_stores_numbers_that_reproduce_sklearn(tiny_engine, tmp_path):

@@ -42,10 +42,13 @@ def test_rerank_run_with_local_models(backend: str, tiny_cross_encoder: str,
     assert "model.safetensors" in roles["reranker"]["files_sha256"]
 
 
-def test_rerank_default_model_missing_stops_before_output(tiny_embedding_model: str,
-                                                          tmp_path: Path) -> None:
+def test_rerank_model_missing_stops_before_output(tiny_embedding_model: str,
+                                                  tmp_path: Path) -> None:
+    """A named cross-encoder that is neither shipped, nor a directory, nor in the Hugging Face
+    cache (a BGE model on a machine that never downloaded it)."""
     out = tmp_path / "o.jsonl"
     cmd = [sys.executable, str(SCRIPT), str(DATASET), "--rerank",
+           "--reranker-model", "BAAI/bge-reranker-base",
            "--embedding-model", tiny_embedding_model,
            "--cache-dir", str(tmp_path / "cache"), "--output", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, env=offline_env(tmp_path), capture_output=True,

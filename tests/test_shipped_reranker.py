@@ -245,8 +245,7 @@ def test_rerank_runs_offline_on_the_fixture_and_verifies(tmp_path: Path) -> None
     env["ENGRAM_EVAL_CACHE"] = str(tmp_path / "cache")
     out = tmp_path / "x.jsonl"
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks/longmemeval/run.py"),
-                          str(DATASET), "--rerank", "--reranker-model", SHIPPED, "--output",
-                          str(out), "--no-progress"],
+                          str(DATASET), "--rerank", "--output", str(out), "--no-progress"],
                          env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     assert f"rerank {SHIPPED} (onnx int8, unit turn" in run.stdout
@@ -254,3 +253,21 @@ def test_rerank_runs_offline_on_the_fixture_and_verifies(tmp_path: Path) -> None
                             "--dataset", str(DATASET), "--rerun", "3"],
                            env=env, capture_output=True, text=True, timeout=600)
     assert check.returncode == 0 and "VERIFIED" in check.stdout, check.stdout[-2000:]
+
+
+def test_the_defaults_are_the_shipped_reranker_with_its_card() -> None:
+    """`--rerank` alone, `run` with no option and a library `RetrievalSettings()` all mean the
+    measured configuration: the shipped model with the settings its card chose."""
+    ref = resolve_model(SHIPPED, "reranker")
+    card, _ = model_settings_card(ref)
+    assert card is not None
+    d = RetrievalSettings()
+    assert d.rerank and d.reranker_model == SHIPPED
+    for k, v in card.items():
+        if k == "people_overrides":
+            assert all(d.people_overrides[x] == y for x, y in v.items())
+        else:
+            assert getattr(d, k) == v, k
+    assert d.for_chat_roles(False).rerank is False  # people's chats: off
+    explicit = resolve_model_settings(RunConfig(), {"rerank"})
+    assert all(src.startswith(f"card:{SHIPPED}") for src in explicit.settings_sources.values())

@@ -168,7 +168,8 @@ def factory_module(name: str) -> str:
 
 def make(name: str, model: str) -> base.Retriever:
     cfg = RunConfig(retriever=name, embedding_model=model, reranker_model=model,
-                    embedding_backend="sentence_transformers")
+                    embedding_backend="sentence_transformers",
+                    reranker_backend="sentence_transformers", reranker_precision="fp32")
     return base.create(name, cfg)
 
 

@@ -23,7 +23,8 @@ OVERRIDES = {"weight_bm25_user": 1.0, "weight_bm25_turn": 0.6}
 
 def _run(data: str, tmp: Path, name: str, config: Path | None = None) -> list[dict]:
     out = tmp / f"{name}.jsonl"
-    args = ["run", str(ROOT / "fixtures" / data), "--retriever", "bm25", "--output", str(out)]
+    args = ["run", str(ROOT / "fixtures" / data), "--retriever", "bm25", "--output", str(out),
+            "--no-rerank"]  # the first stage: tune re-fuses its traces
     if config is not None:
         args += ["--config", str(config)]
     assert cli.main(args) == 0

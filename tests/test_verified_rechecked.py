@@ -72,6 +72,7 @@ def nothing_outside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: i
 
 
 def _cfg(**kw: object) -> RunConfig:
+    kw.setdefault("rerank", False)  # runs of the first stage: these tests check verify/resume
     return RunConfig(progress=False, **kw)  # type: ignore[arg-type]
 
 
@@ -205,7 +206,7 @@ def test_resume_cli_names_file_line_question_and_check(tmp_path: Path,
     _edit_line(out, 2, _foreign_session)
     before = _files(tmp_path)
     code = cli.main(["run", str(FIXTURE), "--retriever", "bm25", "--output", str(out),
-                     "--resume", "--no-progress"])
+                     "--resume", "--no-progress", "--no-rerank"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert f"{out}: line 2 (question 'lme_t02') fails the check '{V.GOLD}'" in err[0]
@@ -400,7 +401,7 @@ def test_overwritten_cache_vectors_are_caught(model_copy: Path, tmp_path: Path,
     second = tmp_path / "second.jsonl"
     argv = ["run", str(FIXTURE), "--retriever", "dense", "--embedding-model", str(model_copy),
             "--embedding-backend", "sentence_transformers", "--cache-dir", str(cache),
-            "--output", str(second), "--no-progress"]
+            "--no-rerank", "--output", str(second), "--no-progress"]
     assert cli.main(argv) == 2
     err = [x for x in capsys.readouterr().err.splitlines() if "error" in x]  # not the
     assert len(err) == 1 and str(cache / CACHE_FILE) in err[0], err      # loaders' bars

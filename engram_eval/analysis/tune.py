@@ -233,7 +233,7 @@ def _row_question(row: Mapping[str, Any], path: str, line: int
     for t, sid in zip(sess, row["ranked_session_ids"], strict=True):
         if t.get("reranked"):
             raise ProvenanceError(f"{where}: the run used a cross-encoder rerank; re-fusion "
-                                  "cannot reproduce it (tune a run without --rerank)")
+                                  "cannot reproduce it (tune a run made with --no-rerank)")
         ci = t.get("corpus_index")
         if not isinstance(ci, int) or not 0 <= ci < n or ids[ci] is not None:
             raise ProvenanceError(f"{where}: bad or repeated corpus_index in the trace")
@@ -471,7 +471,7 @@ def load_part(run_path: str | Path, protocol: str) -> TunedPart:
     run_settings = RetrievalSettings.of(run_cfg)
     if run_cfg.get("rerank"):
         raise ProvenanceError(f"{run_path}: the run used a cross-encoder rerank; re-fusion "
-                              "cannot reproduce it (tune a run without --rerank)")
+                              "cannot reproduce it (tune a run made with --no-rerank)")
 
     questions: list[TunedQuestion] = []
     own: Candidate | None = None

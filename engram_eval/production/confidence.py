@@ -175,11 +175,32 @@ def check_calibration(cal: Calibration | ContextCalibration, embedding_sha256: s
     except ConfigError as e:
         raise ConfigError(f"{cal.path}: its recorded settings are not production settings: "
                           f"{e}") from None
-    d = diff({k: v for k, v in recorded.items() if k != "embedding_model"},
-             {k: v for k, v in settings.items() if k != "embedding_model"})
+    d = diff(_effective({k: v for k, v in recorded.items() if k != "embedding_model"}),
+             _effective({k: v for k, v in settings.items() if k != "embedding_model"}))
     if d:
         raise ConfigError(f"{cal.path}: calibration was fitted under other settings: "
                           + "; ".join(d[:5]))
+
+
+def _effective(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` without what cannot act: without a rerank anywhere, the rerank fields
+    (model, backend, unit, blend...) and a people override that keeps the rerank off. A
+    calibration fitted before the rerank stage became the default therefore still matches
+    the same settings with ``rerank`` false, whatever the rerank defaults are now."""
+    from dataclasses import fields as dc_fields
+
+    from engram_eval.retrieval.settings import RetrievalSettings
+
+    people = dict(settings.get("people_overrides") or {})
+    if settings.get("rerank") or people.get("rerank"):
+        return settings
+    rerank_fields = {f.name for f in dc_fields(RetrievalSettings)
+                     if f.metadata.get("group") == "rerank" and f.name != "rerank"}
+    out = {k: v for k, v in settings.items() if k not in rerank_fields}
+    if "people_overrides" in settings:
+        out["people_overrides"] = {k: v for k, v in people.items()
+                                   if k not in rerank_fields and k != "rerank"}
+    return out
 
 
 # --------------------------------------------------------------------------- fitting

@@ -158,6 +158,23 @@ NOT_HASHED: dict[str, str] = {
         "accepts or refuses metadata and never touches rows, rankings or metrics",
 }
 
+
+def _shipped_model_files() -> dict[str, str]:
+    """The JSON files of the models shipped in ``engram_eval/models/`` (card, config,
+    tokenizer, export record): model files, not sources. (The closure check reads JSON files
+    under the package as data a module may name; the weights are never named.)"""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "models"
+    why = ("a shipped model's file: hashed as a model file into the run's `models` record "
+           "(files_sha256, part of the fingerprint) and checked against the model's card on "
+           "every use")
+    return {f"engram_eval/models/{p.relative_to(root).as_posix()}": why
+            for p in sorted(root.rglob("*.json")) if p.is_file()} if root.is_dir() else {}
+
+
+NOT_HASHED.update(_shipped_model_files())
+
 #: ``engram-eval`` subcommand -> the modules that generate its derived file (recorded as the
 #: derived sidecar's ``generators``; the first is its ``generator``).
 COMMAND_GENERATORS: dict[str, tuple[str, ...]] = {

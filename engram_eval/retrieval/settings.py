@@ -60,7 +60,10 @@ GENERIC_RERANK: dict[str, Any] = {"reranker_backend": "sentence_transformers",
 #: conversations beside the LongMemEval tune part and run once on the held-out conversations
 #: (PROVENANCE.md section 7, results/structure/tuned_by_structure.yaml).
 PEOPLE_DEFAULTS: dict[str, Any] = {"normalisation": "zscore", "temporal": False,
-                                   "weight_bm25_user": 1.0}
+                                   "weight_bm25_user": 1.0,
+                                   # people's chats are not reranked: the shipped reranker's
+                                   # card chose so (PROVENANCE.md sections 11 and 12)
+                                   "rerank": False}
 
 #: Fields added after runs were published, with the value that reproduces a run recorded
 #: before the field existed (its sidecar lacks the key). ``verify --rerun`` rebuilds such a
@@ -224,28 +227,34 @@ class RetrievalSettings:
                                "(applied to the non-negative prior score)", group="temporal",
                                lo=1.0, hi=10.0)
     # rerank
-    rerank: bool = _f(False, "rerank the top candidates with a cross-encoder", group="rerank")
-    reranker_backend: str = _f("sentence_transformers", "cross-encoder backend: "
+    # rerank. The defaults are the shipped reranker and the settings its card chose
+    # (engram_eval/models/engram-ce-minilm-v1/card.json, PROVENANCE.md section 12); for another
+    # model, `run` takes these fields from that model's card, or the generic rule
+    # (GENERIC_RERANK) when it has none, unless given explicitly.
+    rerank: bool = _f(True, "rerank the top candidates with a cross-encoder (people's chats: "
+                      "people_overrides, off by default)", group="rerank")
+    reranker_backend: str = _f("onnx", "cross-encoder backend: "
                                "sentence_transformers (torch), flag_embedding, or onnx (ONNX "
                                "Runtime over a graph exported offline from the model files, "
                                "cached)", group="rerank",
                                choices=("sentence_transformers", "flag_embedding", "onnx"))
-    reranker_precision: str = _f("fp32", "cross-encoder inference precision: fp32, or int8 "
+    reranker_precision: str = _f("int8", "cross-encoder inference precision: fp32, or int8 "
                                  "(reranker_backend onnx only: dynamic quantisation, scheme "
                                  "chosen for the CPU)", group="rerank",
                                  choices=("fp32", "int8"))
-    reranker_model: str = _f("BAAI/bge-reranker-base", "cross-encoder: HF id in the local "
-                             "cache or a local path", group="rerank")
+    reranker_model: str = _f("engram-ce-minilm-v1", "cross-encoder: a model shipped with the "
+                             "package (engram-ce-minilm-v1), an HF id in the local cache or a "
+                             "local path", group="rerank")
     rerank_candidates: int = _f(35, "how many fused candidates are reranked", group="rerank",
                                 lo=1, hi=10000)
-    rerank_max_length: int = _f(512, "cross-encoder max input tokens", group="rerank",
+    rerank_max_length: int = _f(128, "cross-encoder max input tokens", group="rerank",
                                 lo=16, hi=8192)
-    rerank_unit: str = _f("passage", "what the cross-encoder scores per candidate session: "
+    rerank_unit: str = _f("turn", "what the cross-encoder scores per candidate session: "
                           "'passage' = the session text, with the focused-excerpt fallback "
                           "below (the pipeline's original rule); 'session' = the session text "
                           "only; 'turn' = each user turn with text, the session scoring its "
                           "best turn", group="rerank", choices=("passage", "session", "turn"))
-    fusion_alpha: float = _f(0.0, "blend of the prior (fused) rank into the reranked score",
+    fusion_alpha: float = _f(0.8, "blend of the prior (fused) rank into the reranked score",
                              group="rerank", lo=0.0, hi=1.0)
     passage_fallback: bool = _f(True, "retry long documents with a focused excerpt when every "
                                 "base sigmoid score is under passage_floor", group="rerank")
