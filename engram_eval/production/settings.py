@@ -2,7 +2,8 @@
 
 :class:`ProductionSettings` inherits :class:`~engram_eval.retrieval.settings.RetrievalSettings`
 (the one place where a retrieval default or bound lives), so production search ranks with the
-package's default pipeline unless told otherwise, and adds the gate: how many candidates get
+package's default pipeline unless told otherwise (one exception: the rerank stage is off, see
+the field), and adds the gate: how many candidates get
 a confidence, the focused-excerpt retry, the result limit and the confidence cut-off, and the
 calibration file.
 
@@ -54,6 +55,14 @@ class ProductionSettings(RetrievalSettings):
     """Every setting of production search: the retrieval settings (package defaults) plus
     the gate. Validated on construction like its retrieval part."""
 
+    # The one retrieval default production does not share: the rerank stage stays off,
+    # because its confidence would be the cross-encoder's sigmoid, which no calibration has
+    # fitted. Measured on the dev fixture (results/shipped_reranker/production_dev.json,
+    # PROVENANCE.md section 12): with the shipped reranker as the gate at the 0.6 cut-off,
+    # 13 of 43 answerable questions get a result (the calibrated first-stage gate: section 4).
+    rerank: bool = _f(False, "rerank with the cross-encoder; in production its sigmoid then "
+                      "becomes the gate's confidence (uncalibrated; off by default)",
+                      group="rerank")
     candidates: int = _f(10, "memories, best first after the retrieval pipeline, that get a "
                          "confidence", group=GATE_GROUP, lo=1, hi=10000)
     excerpt_retry: bool = _f(True, "a candidate the gate rejects tries one focused excerpt; "
