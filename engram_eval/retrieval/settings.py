@@ -465,7 +465,7 @@ def pipeline_line(settings: RetrievalSettings, origins: Mapping[str, str] | None
     if settings.temporal:
         stages.append(f"temporal x{settings.temporal_boost:g}")
     if settings.reranks_any():
-        src = sorted(set((origins or {}).values()) - {"explicit"})
+        src = sorted({v.split(" (")[0] for v in (origins or {}).values()} - {"explicit"})
         people = (settings.for_chat_roles(False).rerank if settings.people_overrides
                   else settings.rerank)
         stages.append(
