@@ -6,24 +6,23 @@
   ``argsort(scores)[::-1]`` (so ties fall exactly as in the reference code). On corpora
   without chat roles (LoCoMo: speakers' names) every turn is user text
   (:func:`engram_eval.data.records.has_chat_roles`, decided once per corpus).
-* :class:`BM25Index` is the lexical signal of the hybrid retriever: lower-cased word
-  tokens, one document per session and role.
+* :class:`BM25Index` is the lexical signal of the hybrid retriever: one document per
+  session and role (or per turn), terms from the run's analyser
+  (:mod:`engram_eval.retrieval.analyzer`; by default lower-cased word tokens).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from engram_eval.data.records import Question, Session, has_chat_roles, user_document
+from engram_eval.retrieval.analyzer import WORD, Analyzer
 from engram_eval.retrieval.base import Ranking, ScoredSession
 from engram_eval.retrieval.models import ModelRef
 from engram_eval.retrieval.sources import FLAT_BM25_SOURCES
-
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 
 def _bm25_class() -> Any:
@@ -35,8 +34,9 @@ def _bm25_class() -> Any:
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-cased word tokens (letters/digits, with an internal apostrophe part)."""
-    return _WORD.findall(text.lower())
+    """Lower-cased word tokens (letters/digits, with an internal apostrophe part): the
+    ``word`` analyser without stemming or stopwords."""
+    return WORD.analyze(text)
 
 
 class BM25Index:
@@ -45,16 +45,18 @@ class BM25Index:
     Empty documents are allowed (they score 0). An entirely empty corpus scores all zeros.
     """
 
-    def __init__(self, documents: Sequence[str], *, k1: float = 1.5, b: float = 0.75) -> None:
+    def __init__(self, documents: Sequence[str], *, k1: float = 1.5, b: float = 0.75,
+                 analyzer: Analyzer = WORD) -> None:
         self.n = len(documents)
-        self.tokens = [tokenize(d) for d in documents]
+        self.analyzer = analyzer
+        self.tokens = [analyzer.analyze(d) for d in documents]
         self._empty = all(not t for t in self.tokens)
         # rank-bm25 divides by the average length: guard the all-empty corpus.
         self._bm25 = (None if self._empty or self.n == 0
                       else _bm25_class()(self.tokens, k1=k1, b=b))
 
     def scores(self, query: str) -> np.ndarray:
-        return self.scores_tokens(tokenize(query))
+        return self.scores_tokens(self.analyzer.analyze(query))
 
     def scores_tokens(self, query_tokens: Sequence[str]) -> np.ndarray:
         """Scores of an already tokenised query (a repeated token counts again)."""

@@ -169,7 +169,10 @@ class HybridRetriever:
         d: dict[str, Any] = {"retriever": self.name, **describe_settings(self.settings)}
         if self.settings.use_dense:
             d["dense"]["index"] = "faiss.IndexFlatIP"
-        d["lexical"]["tokenizer"] = "lower-cased [a-z0-9]+('[a-z]+)?"
+        d["lexical"]["tokenizer"] = "lower-cased [a-z0-9]+('[a-z]+)?"  # (the word rule)
+        from engram_eval.retrieval.analyzer import analyzer_of
+
+        d["lexical"].update(analyzer_of(self.settings).describe())
         return d
 
     # -- lazy resources ---------------------------------------------------------

@@ -47,7 +47,8 @@ from engram_eval.data.records import (
     user_turns,
 )
 from engram_eval.retrieval import fusion as F
-from engram_eval.retrieval.bm25 import BM25Index, tokenize
+from engram_eval.retrieval.analyzer import analyzer_of
+from engram_eval.retrieval.bm25 import BM25Index
 from engram_eval.retrieval.coverage import preserve_prior_leader
 from engram_eval.retrieval.dense import Piece, session_scores, user_pieces
 from engram_eval.retrieval.settings import RetrievalSettings
@@ -124,22 +125,23 @@ def build_corpus(sessions: Sequence[Session], settings: RetrievalSettings, *,
     sess = tuple(sessions)
     roles = has_chat_roles(sess)
     corpus = Corpus(sess, roles)
+    lex = analyzer_of(c)
     need_user = (c.use_bm25_user or c.use_bm25_prf
                  or ((c.use_dense_rocchio or c.use_bm25_prf)
                      and feedback_source(c) == "bm25_user"))
     if need_user:
         corpus.bm25_user = BM25Index([user_document(s, roles) for s in sess],
-                                     k1=c.bm25_k1, b=c.bm25_b)
+                                     k1=c.bm25_k1, b=c.bm25_b, analyzer=lex)
     if c.use_bm25_assistant and roles:
         corpus.bm25_assistant = BM25Index([assistant_document(s, roles) for s in sess],
-                                          k1=c.bm25_k1, b=c.bm25_b)
+                                          k1=c.bm25_k1, b=c.bm25_b, analyzer=lex)
     if c.use_bm25_turn:
         docs = []
         for si, s in enumerate(sess):
             for t in user_turns(s, roles):
                 docs.append(t.content)
                 corpus.turn_session.append(si)
-        corpus.bm25_turn = BM25Index(docs, k1=c.bm25_k1, b=c.bm25_b)
+        corpus.bm25_turn = BM25Index(docs, k1=c.bm25_k1, b=c.bm25_b, analyzer=lex)
     if c.use_dense:
         if pieces is not None:
             if vectors is None:
@@ -262,7 +264,7 @@ def signals_stage(st: QuestionState, encode: Encode | None) -> None:
         info = {"source": source, "sessions": [corpus.sessions[i].session_id for i in fb]}
         if c.use_bm25_prf:
             assert corpus.bm25_user is not None
-            q_tokens = tokenize(q)
+            q_tokens = corpus.bm25_user.analyzer.analyze(q)
             terms = FB.expansion_terms(q_tokens, [corpus.bm25_user.tokens[i] for i in fb],
                                        corpus.bm25_user.idf, c.prf_terms)
             s = corpus.bm25_user.scores_tokens(q_tokens + terms)

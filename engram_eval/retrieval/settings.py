@@ -69,7 +69,8 @@ PEOPLE_DEFAULTS: dict[str, Any] = {"normalisation": "zscore", "temporal": False,
 #: before the field existed (its sidecar lacks the key). ``verify --rerun`` rebuilds such a
 #: run with these, never with a later default.
 LEGACY_VALUES: dict[str, Any] = {"people_overrides": {}, "rerank_unit": "passage",
-                                 "reranker_precision": "fp32"}
+                                 "reranker_precision": "fp32", "lexical_tokenizer": "word",
+                                 "lexical_stemmer": "none", "lexical_stopwords": "none"}
 
 #: CLI/argument-group order (stages of the pipeline).
 GROUPS = ("selection", "dense", "lexical", "fusion", "temporal", "rerank", "coverage",
@@ -178,6 +179,17 @@ class RetrievalSettings:
                             "RM3-style): the question expanded with the prf_terms "
                             "highest-weighted terms of the top feedback_docs first-pass "
                             "sessions, re-scored with BM25 over user text", group="lexical")
+    lexical_tokenizer: str = _f("word", "tokeniser of every BM25 signal (flat-bm25 keeps the "
+                                "reference's split): 'word' lower-cased [a-z0-9]+('[a-z]+)? "
+                                "runs; 'unicode' case-folded letter/digit runs of any script, "
+                                "each CJK character a term (engram_eval.retrieval.analyzer)",
+                                group="lexical", choices=("word", "unicode"))
+    lexical_stemmer: str = _f("none", "stemmer of the BM25 terms: none, or snowball-english "
+                              "(PyStemmer)", group="lexical",
+                              choices=("none", "snowball-english"))
+    lexical_stopwords: str = _f("none", "stopwords removed from the BM25 terms: none, or "
+                                "en-v1 (engram_eval/lexicon/stopwords-en-v1.txt; its sha256 "
+                                "is recorded)", group="lexical", choices=("none", "en-v1"))
     bm25_k1: float = _f(1.5, "BM25 k1", group="lexical", lo=0.0, hi=10.0)
     bm25_b: float = _f(0.75, "BM25 b", group="lexical", lo=0.0, hi=1.0)
     prf_terms: int = _f(10, "feedback terms added to the question (bm25_prf)", group="lexical",

@@ -30,6 +30,8 @@ PIPELINE_SOURCES: tuple[str, ...] = (
     "engram_eval/retrieval/fusion.py",
     "engram_eval/retrieval/feedback.py",
     "engram_eval/retrieval/bm25.py",
+    "engram_eval/retrieval/analyzer.py",
+    "engram_eval/lexicon/stopwords-en-v1.txt",
     "engram_eval/retrieval/dense.py",
     "engram_eval/retrieval/embeddings.py",
     "engram_eval/retrieval/onnx_export.py",
@@ -41,7 +43,9 @@ PIPELINE_SOURCES: tuple[str, ...] = (
 )
 
 #: ``flat-bm25`` (:class:`engram_eval.retrieval.bm25.FlatBM25`).
-FLAT_BM25_SOURCES: tuple[str, ...] = (*_COMMON, "engram_eval/retrieval/bm25.py")
+FLAT_BM25_SOURCES: tuple[str, ...] = (*_COMMON, "engram_eval/retrieval/bm25.py",
+                                      "engram_eval/retrieval/analyzer.py",
+                                      "engram_eval/lexicon/stopwords-en-v1.txt")
 
 #: ``dummy`` (:class:`engram_eval.retrieval.dummy.DummyRetriever`).
 DUMMY_SOURCES: tuple[str, ...] = (*_COMMON, "engram_eval/retrieval/dummy.py")
