@@ -230,6 +230,12 @@ def atomic_write(path: str | Path, data: str | bytes) -> None:
     temporary file and raises one :class:`WriteError` naming ``path``."""
     p = Path(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
+    if p.is_symlink():  # replacing it would silently drop the link (or a dangling one)
+        import errno
+
+        raise WriteError(p, f"{p}: is a symbolic link (to {os.readlink(p)!r}); an output "
+                         "path must be a plain file or absent: remove the link (nothing was "
+                         "written)", errno.EEXIST)
     with storage_errors(p, "write"):
         tmp = _write_temp(p, raw)
         try:

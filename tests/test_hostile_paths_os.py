@@ -640,3 +640,43 @@ def test_storage_error_is_an_engram_and_os_error() -> None:
                           cls=StorageError)
     assert isinstance(e, StorageError) and isinstance(e, OSError) and e.errno == errno.ENOSPC
     assert str(e) == "cannot write /o/x.jsonl: no space left on device; free space"
+
+
+# --------------------------------------------------------------------------- links (issue 28)
+def test_a_link_at_an_atomic_output_path_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A dangling symlink (or any link) where a summary or other owned file goes is one
+    error naming it, and nothing is written through or over it."""
+    import pytest as _pytest
+
+    from engram_eval.io import WriteError, atomic_write
+
+    target = tmp_path / "elsewhere" / "victim.json"
+    link = tmp_path / "out.summary.json"
+    link.symlink_to(target)  # dangling
+    with _pytest.raises(WriteError, match="is a symbolic link"):
+        atomic_write(link, "{}")
+    assert link.is_symlink() and not target.exists()
+    target.parent.mkdir()
+    target.write_text("keep")
+    with _pytest.raises(WriteError, match="is a symbolic link"):
+        atomic_write(link, "{}")
+    assert target.read_text() == "keep" and link.is_symlink()
+
+
+def test_a_merge_never_cleans_through_a_linked_temporary_directory(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A stale merge temporary directory that is a link to another directory: refused, and the
+    directory it points to keeps every file."""
+    import pytest as _pytest
+
+    from engram_eval.errors import ProvenanceError
+    from engram_eval.runs.merge import Staging, staging_dir
+
+    out = tmp_path / "merged.jsonl"
+    victim = tmp_path / "precious"
+    victim.mkdir()
+    (victim / "data.txt").write_text("keep")
+    (victim / "rows.jsonl").write_text("keep")
+    staging_dir(out).symlink_to(victim, target_is_directory=True)
+    with _pytest.raises(ProvenanceError, match="symbolic link"):
+        Staging(out, echo=lambda m: None).acquire()
+    assert sorted(p.name for p in victim.iterdir()) == ["data.txt", "rows.jsonl"]

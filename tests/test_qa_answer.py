@@ -213,3 +213,65 @@ def test_without_openai_the_error_says_how_to_install(context: Path, tmp_path: P
                AnswerConfig(base_url="http://127.0.0.1:9/v1", model="m", progress=False),
                echo=lambda m: None)
     assert not (tmp_path / "hyp.jsonl").exists()
+
+
+# --------------------------------------------------------------------------- secrets
+def test_a_key_echoed_in_a_reply_is_never_written(context: Path, tmp_path: Path) -> None:
+    """A server that puts the key into its answer (whole, and broken by a line break)."""
+    half = len(KEY) // 2
+
+    def reply(body: dict, n: int) -> str:
+        return f"the key is {KEY}; again {KEY[:half]}\n{KEY[half:]}"
+
+    out = tmp_path / "hyp.jsonl"
+    with FakeServer(reply) as server:
+        answer(context, out, config(server, limit=2), echo=lambda m: None)
+    hyps = [json.loads(x)["hypothesis"] for x in out.read_text().splitlines()]
+    assert hyps and all(h.count("[redacted]") == 2 for h in hyps)
+    assert_key_absent(tmp_path)
+
+
+def test_an_error_body_is_redacted_before_it_is_cut(context: Path, tmp_path: Path) -> None:
+    """The key sits across the 300-character cut and across a line break: neither half of it
+    may reach the message."""
+    from engram_eval.qa.client import redact
+
+    pad = "x" * (300 - 10)
+    msg = redact(pad + KEY + " tail", KEY)
+    assert KEY not in msg and KEY[:10] not in msg[:300]
+
+    def reply(body: dict, n: int) -> Raw:
+        return error(400, pad + KEY[:7] + "\n" + KEY[7:] + " was wrong")
+
+    out = tmp_path / "hyp.jsonl"
+    with FakeServer(reply) as server:
+        with pytest.raises(EndpointError) as e:
+            answer(context, out, config(server, concurrency=1), echo=lambda m: None)
+    text = str(e.value)
+    assert KEY[:7] not in text.split(pad, 1)[-1] and KEY[7:] not in text
+    assert_key_absent(tmp_path, text)
+
+
+def test_an_oversized_reply_is_malformed(context: Path, tmp_path: Path) -> None:
+    from engram_eval.qa.client import MAX_REPLY_CHARS
+
+    def reply(body: dict, n: int) -> str:
+        return "y" * (MAX_REPLY_CHARS + 1)
+
+    out = tmp_path / "hyp.jsonl"
+    with FakeServer(reply) as server:
+        with pytest.raises(EndpointError, match="characters"):
+            answer(context, out, config(server, concurrency=1), echo=lambda m: None)
+    assert not out.exists() or out.read_text() == ""
+
+
+def test_url_credentials_never_reach_the_recorded_command() -> None:
+    from engram_eval.qa.client import public_argv
+
+    argv = ["engram-eval", "answer", "c.jsonl", "--base-url",
+            f"https://user:{KEY}@host.example:8443/v1?token={KEY}#x",
+            f"--base-url=http://u:{KEY}@h/v1", "--model", "m"]
+    clean = public_argv(argv)
+    assert KEY not in " ".join(clean)
+    assert clean[4] == "https://host.example:8443/v1" and clean[5] == "--base-url=http://h/v1"
+    assert clean[:4] == argv[:4] and clean[-2:] == argv[-2:]

@@ -78,6 +78,7 @@ def add_answer(sub: Any) -> None:
 
 def cmd_answer(args: argparse.Namespace) -> int:
     from engram_eval.qa.answer import AnswerConfig, answer
+    from engram_eval.qa.client import public_argv
 
     config = AnswerConfig(base_url=args.base_url, model=args.model,
                           temperature=args.temperature, max_tokens=args.max_tokens,
@@ -85,7 +86,7 @@ def cmd_answer(args: argparse.Namespace) -> int:
                           key_env=args.api_key_env, retry=_retry(args), timeout=args.timeout,
                           limit=args.limit, progress=not args.no_progress)
     out = answer(args.context, args.output, config, resume=args.resume,
-                 echo=lambda m: print(m, file=sys.stderr), command=sys.argv)
+                 echo=lambda m: print(m, file=sys.stderr), command=public_argv(sys.argv))
     print(f"wrote {out.n_written} hypothesis row(s); {out.n_total} in {out.output}")
     print(f"fingerprint {out.fingerprint}")
     return 0
@@ -106,6 +107,7 @@ def add_judge(sub: Any) -> None:
 
 
 def cmd_judge(args: argparse.Namespace) -> int:
+    from engram_eval.qa.client import public_argv
     from engram_eval.qa.judge import JudgeConfig, judge
 
     config = JudgeConfig(base_url=args.base_url, judge_model=args.judge_model,
@@ -113,7 +115,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
                          key_env=args.api_key_env, retry=_retry(args), timeout=args.timeout,
                          progress=not args.no_progress)
     out = judge(args.hypotheses, args.dataset, args.output, config, context=args.context,
-                resume=args.resume, echo=print, command=sys.argv)
+                resume=args.resume, echo=print, command=public_argv(sys.argv))
     print(f"wrote {out.n_written} judgement(s) to {out.output}; report "
           f"{out.output}.report.json")
     print(f"fingerprint {out.fingerprint}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -102,9 +103,37 @@ def api_key_from_env(var: str = DEFAULT_KEY_ENV) -> str:
 
 
 def redact(text: str, secret: str | None) -> str:
-    if secret:
-        text = text.replace(secret, "[redacted]")
+    """``text`` with every occurrence of ``secret`` replaced by ``[redacted]``, also where
+    whitespace (a line break, a wrap) was put inside it. Redact before truncating or
+    re-spacing a message: a cut or re-spaced key would no longer match."""
+    if not secret:
+        return text
+    text = text.replace(secret, "[redacted]")
+    if len(secret) >= 8:  # a key broken by whitespace somewhere inside it
+        pattern = r"\s*".join(re.escape(ch) for ch in secret)
+        text = re.sub(pattern, "[redacted]", text)
     return text
+
+
+#: The longest reply text kept (characters); a longer reply is malformed (retried, then an
+#: error), so a runaway server cannot fill memory or the output file.
+MAX_REPLY_CHARS = 200_000
+
+
+def public_argv(argv: Sequence[str]) -> list[str]:
+    """A command line as a sidecar may record it: every URL argument (``--base-url URL`` or
+    ``--base-url=URL`` or any ``scheme://`` word) without user info, query or fragment."""
+    out = []
+    for arg in argv:
+        head, eq, tail = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+        if "://" in tail:
+            parts = urlsplit(tail)
+            host = parts.hostname or ""
+            if parts.port:
+                host = f"{host}:{parts.port}"
+            tail = urlunsplit((parts.scheme, host, parts.path, "", ""))
+        out.append(head + eq + tail)
+    return out
 
 
 def public_url(url: str) -> str:
@@ -223,6 +252,10 @@ class ChatClient:
             raise MalformedReply("the reply holds no choice with a message") from None
         if not isinstance(text, str):
             raise MalformedReply("the reply's message has no text content")
+        if len(text) > MAX_REPLY_CHARS:
+            raise MalformedReply(f"the reply's text has {len(text)} characters (at most "
+                                 f"{MAX_REPLY_CHARS})")
+        text = redact(text, self._key)  # a server that echoes the key never gets it written
         usage = getattr(resp, "usage", None)
         used = {}
         if usage is not None:
@@ -271,8 +304,8 @@ class ChatClient:
 
     def _message(self, e: BaseException) -> str:
         msg = getattr(e, "message", None) or str(e) or type(e).__name__
-        msg = " ".join(str(msg).split())
-        return redact(msg[:300], self._key)
+        msg = redact(str(msg), self._key)  # first: a cut or re-spaced key would not match
+        return " ".join(msg.split())[:300]
 
 
 def _retry_after(e: Any) -> float | None:

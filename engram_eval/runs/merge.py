@@ -134,8 +134,14 @@ class Staging:
         for _ in range(10):  # a finishing merge may remove the directory under us: retry
             with storage_errors(self.dir, "create", RETRY_HINT, cls=StorageError):
                 self.dir.mkdir(exist_ok=True)
+            if self.dir.is_symlink() or not self.dir.is_dir():
+                # its cleanup would empty whatever it points to: never follow it
+                raise ProvenanceError(f"{self.dir}: the merge's temporary directory is a "
+                                      "symbolic link or not a directory; remove it (nothing "
+                                      "was changed)")
+            with storage_errors(self.dir, "create", RETRY_HINT, cls=StorageError):
                 try:
-                    fd = os.open(owner, os.O_RDWR | os.O_CREAT, 0o644)
+                    fd = os.open(owner, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
                 except FileNotFoundError:
                     continue
             try:
