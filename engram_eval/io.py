@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -220,6 +220,77 @@ def _write_temp(path: Path, data: bytes) -> str:
         os.unlink(tmp)
         raise
     return tmp
+
+
+class NotRegularFileError(OSError):
+    """An input that is not a regular file (a FIFO, a device, a socket, a directory); ``str()``
+    is one line naming it. An ``OSError``, so every reader's own error handling names it."""
+
+    def __str__(self) -> str:
+        return str(self.args[1]) if len(self.args) > 1 else super().__str__()
+
+
+def _kind(mode: int) -> str:
+    import stat
+
+    for test, name in ((stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISDIR, "directory")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def not_regular(path: str | Path) -> str | None:
+    """What ``path`` is when it exists but is not a regular file (``"a FIFO (named pipe)"``,
+    ``"a directory"``, ...), else None. Never opens it."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    import stat
+
+    return None if stat.S_ISREG(mode) else f"a {_kind(mode)}"
+
+
+def input_problem(path: str | Path) -> str | None:
+    """Why ``path`` cannot be read as an input file (``"file not found"``, ``"is a
+    directory, not a regular file"``, ...), or None for a regular file."""
+    if not os.path.exists(path):
+        return "file not found"
+    kind = not_regular(path)
+    return f"is {kind}, not a regular file" if kind else None
+
+
+def open_regular(path: str | Path) -> BinaryIO:
+    """Open an input for reading bytes, refusing anything but a regular file before a byte is
+    read: the open does not block (a FIFO with no writer would hang it) and ``fstat`` of the
+    opened descriptor decides (no race with a swapped path). Raises
+    :class:`NotRegularFileError` naming the file and what it is."""
+    import errno
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFileError(errno.EINVAL, f"{path}: is a {_kind(mode)}, not a "
+                                      "regular file; inputs must be regular files")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular_text(path: str | Path, limit: int | None = None) -> str:
+    """The UTF-8 text of a regular file (:func:`open_regular`); with ``limit``, a file of more
+    bytes is a ValueError naming it, checked while reading."""
+    with open_regular(path) as f:
+        raw = f.read() if limit is None else f.read(limit + 1)
+    if limit is not None and len(raw) > limit:
+        raise ValueError(f"{path}: more than {limit} bytes")
+    return raw.decode("utf-8")
 
 
 def atomic_write(path: str | Path, data: str | bytes) -> None:

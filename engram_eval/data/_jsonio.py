@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
 from engram_eval.errors import DataError
+from engram_eval.io import open_regular
 
 GZIP_MAGIC = b"\x1f\x8b"
 FILE_RECORD = "(file)"
@@ -35,17 +36,29 @@ MAX_FIELD_CHARS = 120
 
 
 def is_gzip(path: str | Path) -> bool:
-    """True when the file starts with the gzip magic bytes (the extension is ignored)."""
-    with open(path, "rb") as f:
+    """True when the file starts with the gzip magic bytes (the extension is ignored). Only a
+    regular file is opened (:func:`engram_eval.io.open_regular`: a FIFO or device is one
+    error naming it, never a hang)."""
+    with open_regular(path) as f:
         return f.read(2) == GZIP_MAGIC
 
 
 def open_binary(path: str | Path) -> IO[bytes]:
     """Open ``path`` for reading bytes, un-gzipping on the fly when it starts with the gzip
-    magic bytes. This is the one place that sniffs gzip; every reader goes through it."""
-    if is_gzip(path):
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")
+    magic bytes. This is the one place that sniffs gzip; every reader goes through it. Only a
+    regular file is opened."""
+    f = open_regular(path)
+    try:
+        magic = f.read(2)
+        f.seek(0)
+    except BaseException:
+        f.close()
+        raise
+    if magic == GZIP_MAGIC:
+        g = gzip.GzipFile(fileobj=f, mode="rb")
+        g.myfileobj = f  # type: ignore[assignment]  # closing it closes the file (as gzip.open)
+        return g  # type: ignore[return-value]
+    return f
 
 
 def open_text(path: str | Path) -> IO[str]:

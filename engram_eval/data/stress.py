@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
-from engram_eval.io import atomic_write, dump_json, sha256_file, streaming_write
+from engram_eval.io import atomic_write, dump_json, input_problem, sha256_file, streaming_write
 
 DATE_FORMAT = "%Y/%m/%d (%a) %H:%M"
 KIND = "engram-eval/stress-set"
@@ -73,8 +73,9 @@ def raw_records(path: str | Path) -> Iterator[dict[str, Any]]:
     from engram_eval.data.longmemeval import SCHEMA_NAME, iter_longmemeval, parse_record
 
     p = Path(path)
-    if not p.is_file():
-        raise DataError(p, "(file)", "(root)", "dataset file not found")
+    why = input_problem(p)
+    if why:
+        raise DataError(p, "(file)", "(root)", f"dataset {why}")
     try:
         with open_binary(p) as f:
             head = f.read(4096).lstrip()[:1]

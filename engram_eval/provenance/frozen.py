@@ -37,7 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ProvenanceError
-from engram_eval.io import atomic_write, exclusive_write, sha256_file, sha256_json
+from engram_eval.io import (
+    atomic_write,
+    exclusive_write,
+    read_regular_text,
+    sha256_file,
+    sha256_json,
+)
 
 MANIFEST_KIND = "engram-eval/frozen-source"
 LEDGER_KIND = "engram-eval/heldout-ledger"
@@ -128,7 +134,7 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
     its fields (an edited manifest)."""
     p = Path(path)
     try:
-        m = json.loads(p.read_text(encoding="utf-8"))
+        m = json.loads(read_regular_text(p))
     except FileNotFoundError:
         raise ProvenanceError(f"{p}: frozen manifest not found") from None
     except (OSError, ValueError) as e:
@@ -226,7 +232,7 @@ def read_ledger(path: str | Path) -> dict[str, Any]:
     if not p.exists():
         return {"schema_version": SCHEMA_VERSION, "kind": LEDGER_KIND, "inputs": {}}
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(read_regular_text(p))
     except (OSError, ValueError) as e:
         raise ProvenanceError(f"{p}: held-out ledger is not readable JSON: {e}") from None
     if not isinstance(data, dict) or data.get("kind") != LEDGER_KIND:

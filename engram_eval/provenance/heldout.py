@@ -66,6 +66,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engram_eval.io import open_regular
+
 ENV_ROOTS = "ENGRAM_EVAL_HELDOUT_ROOTS"
 PRODUCTION_RUN_KIND = "engram-eval/production-run"
 LEDGER_KIND = "engram-eval/heldout-ledger"
@@ -172,7 +174,7 @@ def _read_doc(p: Path) -> Any:
     try:
         if p.stat().st_size > MAX_SCAN_BYTES:
             return None
-        with open(p, "rb") as f:
+        with open_regular(p) as f:
             head = f.read(64).lstrip()
             if not head.startswith(b"{"):
                 return None
@@ -226,7 +228,7 @@ def content_hashes(path: str | Path, *, canonical_gzip: bool = False) -> Content
         canon.update(_gzip_header())
     crc = 0
     ok = True
-    with open(p, "rb") as f:
+    with open_regular(p) as f:
         is_gz = f.read(2) == GZIP_MAGIC
         f.seek(0)
         reader = _HashingReader(f, raw)

@@ -44,6 +44,7 @@ from engram_eval.io import (
     exclusive_write,
     make_parent,
     package_root,
+    read_regular_text,
     sha256_file,
     sha256_json,
     storage_errors,
@@ -199,7 +200,7 @@ def read_sidecar(output: str | Path) -> dict[str, Any]:
         raise ProvenanceError(f"{path}: metadata sidecar is missing; the result file "
                               f"{output} cannot be resumed or verified without it")
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        meta = json.loads(read_regular_text(path))
     except (OSError, ValueError) as e:
         raise ProvenanceError(f"{path}: sidecar is not readable JSON: {e}") from None
     validate_sidecar(meta, path)

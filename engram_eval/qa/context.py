@@ -36,7 +36,14 @@ from typing import Any
 from engram_eval.data.datasets import open_source
 from engram_eval.data.records import Question, Session
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
-from engram_eval.io import dump_json, exclusive_write, make_parent, sha256_file, sha256_json
+from engram_eval.io import (
+    dump_json,
+    exclusive_write,
+    input_problem,
+    make_parent,
+    sha256_file,
+    sha256_json,
+)
 from engram_eval.provenance.sidecar import package_versions, sidecar_path, source_hashes
 from engram_eval.provenance.sources import QA_CONTEXT_SOURCES
 from engram_eval.qa import prompts
@@ -188,8 +195,9 @@ def export_context(run_path: str | Path, dataset: str | Path, output: str | Path
         if p.exists():
             raise FileExistsError(f"{p} already exists; refusing to overwrite")
     ds = Path(dataset)
-    if not ds.is_file():
-        raise DataError(ds, "(file)", "(file)", "dataset file not found")
+    why = input_problem(ds)
+    if why:
+        raise DataError(ds, "(file)", "(file)", f"dataset {why}")
     run = read_run(run_path, require_sidecar=True, within_selection=True)
     ds_sha = sha256_file(ds)
     if run.dataset_sha256 != ds_sha:

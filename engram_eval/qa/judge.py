@@ -25,7 +25,7 @@ from typing import Any
 from engram_eval.data.datasets import open_source
 from engram_eval.data.records import Question
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
-from engram_eval.io import atomic_write, dump_json, sha256_file
+from engram_eval.io import atomic_write, dump_json, input_problem, sha256_file
 from engram_eval.provenance.sidecar import environment, sidecar_path, source_hashes
 from engram_eval.provenance.sources import QA_JUDGE_SOURCES
 from engram_eval.qa import prompts
@@ -131,8 +131,9 @@ def judge(hypotheses: str | Path, dataset: str | Path, output: str | Path | None
     out = Path(output) if output else default_output(hyp, config.judge_model)
     hrows, hsha, hmeta = read_hypotheses(hyp)
     ds = Path(dataset)
-    if not ds.is_file():
-        raise DataError(ds, "(file)", "(file)", "dataset file not found")
+    why = input_problem(ds)
+    if why:
+        raise DataError(ds, "(file)", "(file)", f"dataset {why}")
     ds_sha = sha256_file(ds)
     ctx_path = find_context(hyp, hmeta, context)
     evidence: dict[str, float | None] | None = None

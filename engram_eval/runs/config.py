@@ -151,11 +151,13 @@ def read_yaml_mapping(path: str | Path, what: str, expected: str) -> dict[str, A
     import yaml
 
     try:
-        size = Path(path).stat().st_size
-        if size > MAX_YAML_BYTES:
-            raise ConfigError(f"{path}: {what} is {size} bytes; a config file is at most "
-                              f"{MAX_YAML_BYTES}")
-        text = Path(path).read_text(encoding="utf-8")
+        from engram_eval.io import read_regular_text
+
+        try:
+            text = read_regular_text(path, MAX_YAML_BYTES)  # a FIFO or device: one error
+        except ValueError:
+            raise ConfigError(f"{path}: {what} is over {MAX_YAML_BYTES} bytes; a config file "
+                              f"is at most {MAX_YAML_BYTES}") from None
         loader = _strict_yaml_loader(path, what)(text)
         try:
             data = loader.get_single_data() or {}

@@ -43,7 +43,7 @@ from engram_eval.data.translations import (
     replace_texts,
 )
 from engram_eval.errors import ConfigError, DataError, ProvenanceError, StorageError
-from engram_eval.io import atomic_write, dump_json, sha256_file, storage_errors
+from engram_eval.io import atomic_write, dump_json, input_problem, sha256_file, storage_errors
 from engram_eval.provenance.sidecar import (
     build_metadata,
     claim_output,
@@ -129,8 +129,9 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
     if output.name.endswith(".gz"):
         raise ConfigError(f"--output {output}: results are written uncompressed; write "
                           f"{output.name[:-3]} and then run `engram-eval compress` on it")
-    if not dataset.is_file():
-        raise DataError(dataset, "(file)", "(file)", "dataset file not found")
+    why = input_problem(dataset)
+    if why:
+        raise DataError(dataset, "(file)", "(file)", f"dataset {why}")
     fmt = resolve_format(dataset, config.dataset_format)
     protocols = list(config.protocols) or default_protocols(fmt)
     check_protocols(fmt, protocols)

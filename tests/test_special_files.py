@@ -1,0 +1,105 @@
+"""Special files as inputs (issue 28, "hang or unbounded memory"): a FIFO with no writer,
+``/dev/zero`` or a directory given where a dataset, config, result, sidecar, frozen manifest
+or questions file is read ends in one clear error naming it, within a bounded time, and
+writes nothing. Each command runs in a subprocess with a timeout, so a hang fails the test
+instead of stalling the suite."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LME = ROOT / "fixtures" / "longmemeval_tiny.json"
+TIMEOUT = 60
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "engram_eval.cli.main", *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=TIMEOUT)
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> Path:
+    p = tmp_path / "pipe.json"
+    os.mkfifo(p)
+    return p
+
+
+@pytest.fixture
+def flat_run(tmp_path: Path) -> Path:
+    out = tmp_path / "run" / "r.jsonl"
+    out.parent.mkdir()
+    done = _cli("run", str(LME), "--retriever", "flat-bm25", "--output", str(out),
+                "--no-progress", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def _one_error(done: subprocess.CompletedProcess[str], path: Path) -> None:
+    assert done.returncode != 0
+    errors = [x for x in done.stderr.splitlines() if "error" in x.lower()]
+    assert len(errors) == 1, done.stderr
+    assert str(path) in errors[0] and ("not a regular file" in errors[0]
+                                       or "is a directory" in errors[0]), errors[0]
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+def test_a_special_dataset_is_refused(kind: str, fifo: Path, tmp_path: Path) -> None:
+    src = {"fifo": fifo, "dev-zero": Path("/dev/zero"), "directory": tmp_path}[kind]
+    out = tmp_path / "o.jsonl"
+    done = _cli("run", str(src), "--retriever", "flat-bm25", "--output", str(out),
+                "--no-progress", cwd=tmp_path)
+    _one_error(done, src)
+    assert not out.exists()
+
+
+def test_a_fifo_config_is_refused(fifo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o.jsonl"
+    done = _cli("run", str(LME), "--config", str(fifo), "--output", str(out), cwd=tmp_path)
+    _one_error(done, fifo)
+    assert not out.exists()
+
+
+def test_a_fifo_frozen_manifest_is_refused(fifo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o.jsonl"
+    done = _cli("run", str(LME), "--retriever", "flat-bm25", "--frozen-source", str(fifo),
+                "--output", str(out), "--no-progress", cwd=tmp_path)
+    _one_error(done, fifo)
+    assert not out.exists()
+
+
+def _not_verified(done: subprocess.CompletedProcess[str], path: Path) -> None:
+    """verify reports a failing check (stdout) or one error line (stderr); never hangs."""
+    assert done.returncode != 0 and "Traceback" not in done.stderr + done.stdout
+    lines = [x for x in (done.stdout + done.stderr).splitlines()
+             if str(path) in x and "not a regular file" in x]
+    assert lines, done.stdout + done.stderr
+    assert "VERIFIED" not in done.stdout.replace("NOT VERIFIED", "")
+
+
+def test_a_fifo_result_or_sidecar_under_verify_is_refused(flat_run: Path,
+                                                          tmp_path: Path) -> None:
+    rows = tmp_path / "fifo_rows.jsonl"
+    os.mkfifo(rows)
+    shutil.copy(str(flat_run) + ".metadata.json", str(rows) + ".metadata.json")
+    _not_verified(_cli("verify", str(rows), "--dataset", str(LME), cwd=tmp_path), rows)
+    side = Path(str(flat_run) + ".metadata.json")
+    side.unlink()
+    os.mkfifo(side)
+    _not_verified(_cli("verify", str(flat_run), "--dataset", str(LME), cwd=tmp_path), side)
+
+
+def test_a_fifo_questions_file_is_refused(fifo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o.jsonl"
+    done = _cli("run", str(LME), "--retriever", "flat-bm25", "--questions", str(fifo),
+                "--output", str(out), "--no-progress", cwd=tmp_path)
+    _one_error(done, fifo)
+    assert not out.exists()
