@@ -22,8 +22,10 @@ from typing import IO, Any, BinaryIO
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    """sha256 of a regular file (:func:`open_regular`: a FIFO or device is refused, never
+    read forever)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()

@@ -103,3 +103,19 @@ def test_a_fifo_questions_file_is_refused(fifo: Path, tmp_path: Path) -> None:
                 "--output", str(out), "--no-progress", cwd=tmp_path)
     _one_error(done, fifo)
     assert not out.exists()
+
+
+def test_production_inputs_that_are_fifos_are_refused(fifo: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    script = str(ROOT / "benchmarks" / "production_retrieval" / "run.py")
+    fixture = ROOT / "fixtures" / "production" / "dev.json"
+    for args in (["--fixture", str(fifo)], ["--fixture", str(fixture), "--settings", str(fifo)],
+                 ["--fixture", str(fixture), "--calibration", str(fifo)]):
+        out = tmp_path / "p.json"
+        done = subprocess.run([sys.executable, script, *args, "--source-root", str(ROOT),
+                               "--output", str(out), "--work-dir", str(tmp_path / "w")],
+                              cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=TIMEOUT)
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+        assert str(fifo) in done.stderr and "not a regular file" in done.stderr, done.stderr
+        assert not out.exists()

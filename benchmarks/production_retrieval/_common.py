@@ -42,8 +42,9 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     base = ProductionSettings()
     if getattr(args, "settings", None):
         try:
-            with open(args.settings, encoding="utf-8") as fh:
-                record = json.load(fh)
+            from engram_eval.io import read_regular_text
+
+            record = json.loads(read_regular_text(args.settings))
         except (OSError, ValueError) as e:
             raise ConfigError(f"--settings {args.settings}: {e}") from None
         if isinstance(record, dict) and isinstance(record.get("settings"), dict):

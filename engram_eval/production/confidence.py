@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from engram_eval.errors import ConfigError
+from engram_eval.io import read_regular_text
 from engram_eval.retrieval.passages import content_terms, terms_match
 from engram_eval.retrieval.rerank import sigmoid
 
@@ -142,7 +143,7 @@ def _context_calibration(doc: dict[str, Any], p: Path) -> ContextCalibration:
 def load_calibration(path: str | Path) -> Calibration | ContextCalibration:
     p = Path(path)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = json.loads(read_regular_text(p))
     except (OSError, ValueError) as e:
         raise ConfigError(f"{p}: calibration file is not readable JSON: {e}") from None
     if doc.get("kind") == CALIBRATION_KIND and doc.get("version") == 3:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import DataError
+from engram_eval.io import read_regular_text
 from engram_eval.production.store import Memory
 
 #: A fixture ``name`` and a ``case_id`` name files (``WORK_DIR/NAME/CASE_ID.sqlite``), so they
@@ -140,7 +141,7 @@ def validate_document(doc: Any, path: str | Path) -> None:
 def read_document(path: str | Path) -> Any:
     p = Path(path)
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
+        return json.loads(read_regular_text(p))
     except FileNotFoundError:
         raise DataError(p, "(file)", "(file)", "fixture file not found") from None
     except (OSError, UnicodeDecodeError, ValueError) as e:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError, ProvenanceError
-from engram_eval.io import sha256_json
+from engram_eval.io import read_regular_text, sha256_json
 from engram_eval.provenance.sidecar import claim_output, diff, record_run, sidecar_path
 from engram_eval.runs.rows import OutputLock, RowScan, is_compressed, scan_rows, truncate_torn_tail
 
@@ -44,7 +44,7 @@ def read_plain_sidecar(output: str | Path) -> dict[str, Any]:
         raise ProvenanceError(f"{side}: sidecar is missing; {output} cannot be resumed or "
                               "checked without it")
     try:
-        meta = json.loads(side.read_text(encoding="utf-8"))
+        meta = json.loads(read_regular_text(side))
     except (OSError, ValueError) as e:
         raise ProvenanceError(f"{side}: not readable JSON ({e})") from None
     if not isinstance(meta, dict):
