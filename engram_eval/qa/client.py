@@ -127,13 +127,18 @@ def public_argv(argv: Sequence[str]) -> list[str]:
     for arg in argv:
         head, eq, tail = arg.partition("=") if arg.startswith("--") else ("", "", arg)
         if "://" in tail:
-            parts = urlsplit(tail)
-            host = parts.hostname or ""
-            if parts.port:
-                host = f"{host}:{parts.port}"
-            tail = urlunsplit((parts.scheme, host, parts.path, "", ""))
+            tail = _without_credentials(tail)
         out.append(head + eq + tail)
     return out
+
+
+def _without_credentials(url: str) -> str:
+    """``url`` with scheme, host, port and path only (no user info, query or fragment)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def public_url(url: str) -> str:
@@ -142,10 +147,7 @@ def public_url(url: str) -> str:
     if not parts.scheme or not parts.netloc:
         raise ConfigError(f"--base-url {url!r}: expected an http(s) URL such as "
                           "http://127.0.0.1:8000/v1")
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+    return _without_credentials(url).rstrip("/")
 
 
 @dataclass(frozen=True)
