@@ -243,25 +243,16 @@ def _kind(mode: int) -> str:
     return "special file"
 
 
-def not_regular(path: str | Path) -> str | None:
-    """What ``path`` is when it exists but is not a regular file (``"a FIFO (named pipe)"``,
-    ``"a directory"``, ...), else None. Never opens it."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return None
-    import stat
-
-    return None if stat.S_ISREG(mode) else f"a {_kind(mode)}"
-
-
 def input_problem(path: str | Path) -> str | None:
     """Why ``path`` cannot be read as an input file (``"file not found"``, ``"is a
-    directory, not a regular file"``, ...), or None for a regular file."""
-    if not os.path.exists(path):
+    directory, not a regular file"``, ...), or None for a regular file. Never opens it."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # as os.path.exists: whatever cannot be stat-ed is not found
         return "file not found"
-    kind = not_regular(path)
-    return f"is {kind}, not a regular file" if kind else None
+    return None if stat.S_ISREG(mode) else f"is a {_kind(mode)}, not a regular file"
 
 
 def open_regular(path: str | Path) -> BinaryIO:

@@ -99,3 +99,16 @@ def test_a_hybrid_run_describes_its_analyser(tmp_path) -> None:  # type: ignore[
     assert lex["lexical_stemmer"] == "snowball-english" and lex["lexical_stopwords"] == "en-v1"
     assert lex["stopwords_sha256"] == stopwords("en-v1")[1]
     assert lex["stemmer_library"].startswith("PyStemmer ")
+
+
+def test_the_settings_offer_exactly_the_analysers_choices() -> None:
+    """settings.py spells the choices out (importing the analyser there would add it to the
+    hashed sources of every retriever); this keeps the two lists equal."""
+    from dataclasses import fields
+
+    from engram_eval.retrieval.analyzer import STEMMERS, STOPWORD_LISTS, TOKENIZERS
+
+    choices = {f.name: f.metadata["choices"] for f in fields(RetrievalSettings)}
+    assert tuple(choices["lexical_tokenizer"]) == TOKENIZERS
+    assert tuple(choices["lexical_stemmer"]) == STEMMERS
+    assert tuple(choices["lexical_stopwords"]) == STOPWORD_LISTS

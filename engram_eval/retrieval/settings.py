@@ -238,7 +238,6 @@ class RetrievalSettings:
     temporal_boost: float = _f(1.25, "multiplier for sessions inside the time window "
                                "(applied to the non-negative prior score)", group="temporal",
                                lo=1.0, hi=10.0)
-    # rerank
     # rerank. The defaults are the shipped reranker and the settings its card chose
     # (engram_eval/models/engram-ce-minilm-v1/card.json, PROVENANCE.md section 12); for another
     # model, `run` takes these fields from that model's card, or the generic rule
@@ -478,8 +477,7 @@ def pipeline_line(settings: RetrievalSettings, origins: Mapping[str, str] | None
         stages.append(f"temporal x{settings.temporal_boost:g}")
     if settings.reranks_any():
         src = sorted({v.split(" (")[0] for v in (origins or {}).values()} - {"explicit"})
-        people = (settings.for_chat_roles(False).rerank if settings.people_overrides
-                  else settings.rerank)
+        people = settings.for_chat_roles(False).rerank
         stages.append(
             f"rerank {settings.reranker_model} ({settings.reranker_backend} "
             f"{settings.reranker_precision}, unit {settings.rerank_unit}, "
