@@ -61,7 +61,7 @@ def test_a_haystack_without_assistant_role_takes_the_people_settings(tmp_path: P
 
 
 def test_people_overrides_are_validated_by_the_settings() -> None:
-    with pytest.raises(ConfigError, match="not a fusion, temporal or per-structure rerank field"):
+    with pytest.raises(ConfigError, match="not a fusion, temporal, per-structure lexical or rerank field"):
         RetrievalSettings(people_overrides={"use_dense": False})
     with pytest.raises(ConfigError, match="people_overrides.*weight_dense"):
         RetrievalSettings(people_overrides={"weight_dense": -1.0})
@@ -131,3 +131,55 @@ def test_tune_over_two_parts_chooses_per_structure(tmp_path: Path) -> None:
     assert cfg["weight_bm25_user"] == 0.0 and cfg["use_bm25_user"] is True
     assert cfg["people_overrides"] == {"weight_bm25_user": 1.0}
     RetrievalSettings.of(cfg)
+
+
+def _people(*sessions: list[tuple[str, str]]) -> tuple:
+    from engram_eval.data.records import Session, Turn
+
+    return tuple(Session(f"s{i}", "2023/05/0{i + 1} (Mon) 10:00",
+                         tuple(Turn(r, c, k) for k, (r, c) in enumerate(turns)))
+                 for i, turns in enumerate(sessions))
+
+
+def test_speaker_prefix_indexes_names_in_people_chats_only() -> None:
+    """``lexical_speaker: prefix`` puts 'NAME: ' before every turn of a people haystack, so a
+    question naming a speaker matches that speaker's turns; a chat haystack is untouched."""
+    from engram_eval.data.records import Session, Turn
+    from engram_eval.retrieval import pipeline as P
+
+    filler = [[("Carol", f"the weather was {w}"), ("Dan", f"we walked {w}")]
+              for w in ("sunny", "grey", "cold")]
+    people = _people([("Alice", "I adopted a cat"), ("Bob", "nice")],
+                     [("Bob", "I adopted a cat"), ("Alice", "nice")], *filler)
+    base = RetrievalSettings(use_dense=False, use_bm25_turn=True, people_overrides={})
+    on = RetrievalSettings(use_dense=False, use_bm25_turn=True, people_overrides={},
+                           lexical_speaker="prefix")
+    plain = P.build_corpus(people, base)
+    named = P.build_corpus(people, on)
+    assert plain.bm25_user is not None and named.bm25_user is not None
+    assert plain.bm25_user.tokens[0] == ["i", "adopted", "a", "cat", "nice"]
+    assert named.bm25_user.tokens[0] == ["alice", "i", "adopted", "a", "cat", "bob", "nice"]
+    assert named.bm25_turn is not None and named.bm25_turn.tokens[2] == ["bob", "i", "adopted",
+                                                                         "a", "cat"]
+    q = "did alice adopt a cat"
+    # without names both sessions hold the same words; with them the turn of Alice wins
+    t_plain, t_named = plain.bm25_turn.scores(q), named.bm25_turn.scores(q)  # type: ignore[union-attr]
+    assert t_plain[0] == t_plain[2]
+    assert t_named[0] > t_named[2]
+    chat = (Session("c0", "", (Turn("user", "I adopted a cat", 0),
+                               Turn("assistant", "nice", 1))),)
+    assert P.build_corpus(chat, on).bm25_user.tokens == [["i", "adopted", "a", "cat"]]  # type: ignore[union-attr]
+
+
+def test_people_overrides_may_choose_the_analyser_for_people_chats() -> None:
+    from engram_eval.data.records import Session, Turn
+    from engram_eval.retrieval import pipeline as P
+
+    s = RetrievalSettings(use_dense=False, people_overrides={
+        "lexical_stemmer": "snowball-english", "lexical_speaker": "prefix"})
+    people = _people([("Alice", "adopted cats")])
+    chat = (Session("c0", "", (Turn("user", "adopted cats", 0),)),)
+    assert P.build_corpus(people, s).bm25_user.tokens == [["alic", "adopt", "cat"]]  # type: ignore[union-attr]
+    assert P.build_corpus(chat, s).bm25_user.tokens == [["adopted", "cats"]]  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match="use_bm25_turn"):
+        RetrievalSettings(people_overrides={"use_bm25_turn": False})

@@ -41,9 +41,9 @@ import numpy as np
 
 from engram_eval.data.records import (
     Session,
+    Turn,
     assistant_document,
     has_chat_roles,
-    user_document,
     user_turns,
 )
 from engram_eval.retrieval import fusion as F
@@ -121,16 +121,18 @@ def build_corpus(sessions: Sequence[Session], settings: RetrievalSettings, *,
                  vectors: np.ndarray | None = None) -> Corpus:
     """Stage 0. Dense pieces are cut here and encoded with ``encode`` unless ``pieces`` and
     ``vectors`` are given (a store that persisted them)."""
-    c = settings
     sess = tuple(sessions)
     roles = has_chat_roles(sess)
+    c = settings.for_chat_roles(roles)  # the lexical fields may differ by chat structure
     corpus = Corpus(sess, roles)
     lex = analyzer_of(c)
+    text = lexical_text(c, roles)
     need_user = (c.use_bm25_user or c.use_bm25_prf
                  or ((c.use_dense_rocchio or c.use_bm25_prf)
                      and feedback_source(c) == "bm25_user"))
     if need_user:
-        corpus.bm25_user = BM25Index([user_document(s, roles) for s in sess],
+        corpus.bm25_user = BM25Index(["\n".join(text(t) for t in user_turns(s, roles))
+                                      for s in sess],
                                      k1=c.bm25_k1, b=c.bm25_b, analyzer=lex)
     if c.use_bm25_assistant and roles:
         corpus.bm25_assistant = BM25Index([assistant_document(s, roles) for s in sess],
@@ -139,7 +141,7 @@ def build_corpus(sessions: Sequence[Session], settings: RetrievalSettings, *,
         docs = []
         for si, s in enumerate(sess):
             for t in user_turns(s, roles):
-                docs.append(t.content)
+                docs.append(text(t))
                 corpus.turn_session.append(si)
         corpus.bm25_turn = BM25Index(docs, k1=c.bm25_k1, b=c.bm25_b, analyzer=lex)
     if c.use_dense:
@@ -155,6 +157,15 @@ def build_corpus(sessions: Sequence[Session], settings: RetrievalSettings, *,
                                         role="user" if roles else None)
             corpus.vectors = encode([p.text for p in corpus.pieces])
     return corpus
+
+
+def lexical_text(settings: RetrievalSettings, chat_roles: bool) -> Callable[[Turn], str]:
+    """A turn's text as the BM25 signals index it: its content, or ``NAME: content`` for a
+    haystack without chat roles when ``lexical_speaker`` is ``prefix`` (a chat's roles are
+    'user'/'assistant', never prefixed)."""
+    if settings.lexical_speaker == "prefix" and not chat_roles:
+        return lambda t: f"{t.role}: {t.content}"
+    return lambda t: t.content
 
 
 @dataclass

@@ -43,6 +43,10 @@ STRUCTURE_GROUPS = ("fusion", "temporal")
 #: Rerank fields that may differ by chat structure too: whether a haystack is reranked, how
 #: many candidates, and the blend (a reranker's card may choose them per structure).
 STRUCTURE_RERANK_FIELDS = ("rerank", "rerank_candidates", "fusion_alpha")
+#: Lexical fields that may differ by chat structure: the analyser, the speaker rule and BM25's
+#: k1/b (which signals are computed stays one choice for every haystack).
+STRUCTURE_LEXICAL_FIELDS = ("lexical_tokenizer", "lexical_stemmer", "lexical_stopwords",
+                            "lexical_speaker", "bm25_k1", "bm25_b")
 
 #: The rerank fields a reranker's settings card chooses (the configuration the model was
 #: measured with; :func:`apply_model_card`). A model without such a card gets, for each of
@@ -70,7 +74,8 @@ PEOPLE_DEFAULTS: dict[str, Any] = {"normalisation": "zscore", "temporal": False,
 #: run with these, never with a later default.
 LEGACY_VALUES: dict[str, Any] = {"people_overrides": {}, "rerank_unit": "passage",
                                  "reranker_precision": "fp32", "lexical_tokenizer": "word",
-                                 "lexical_stemmer": "none", "lexical_stopwords": "none"}
+                                 "lexical_stemmer": "none", "lexical_stopwords": "none",
+                                 "lexical_speaker": "none"}
 
 #: CLI/argument-group order (stages of the pipeline).
 GROUPS = ("selection", "dense", "lexical", "fusion", "temporal", "rerank", "coverage",
@@ -190,6 +195,12 @@ class RetrievalSettings:
     lexical_stopwords: str = _f("none", "stopwords removed from the BM25 terms: none, or "
                                 "en-v1 (engram_eval/lexicon/stopwords-en-v1.txt; its sha256 "
                                 "is recorded)", group="lexical", choices=("none", "en-v1"))
+    lexical_speaker: str = _f("none", "speakers' names in the BM25 text of a haystack WITHOUT "
+                              "chat roles (people talking to each other; a chat's roles are "
+                              "'user'/'assistant', never names): none, or 'prefix' (each turn "
+                              "indexed as 'NAME: text', so a question naming a speaker "
+                              "matches that speaker's turns)", group="lexical",
+                              choices=("none", "prefix"))
     bm25_k1: float = _f(1.5, "BM25 k1", group="lexical", lo=0.0, hi=10.0)
     bm25_b: float = _f(0.75, "BM25 b", group="lexical", lo=0.0, hi=1.0)
     prf_terms: int = _f(10, "feedback terms added to the question (bm25_prf)", group="lexical",
@@ -303,12 +314,13 @@ class RetrievalSettings:
                                   "fusion/temporal field -> value")
             allowed = {f.name for f in fields(self)
                        if (f.metadata.get("group") in STRUCTURE_GROUPS
-                           or f.name in STRUCTURE_RERANK_FIELDS)
+                           or f.name in STRUCTURE_RERANK_FIELDS
+                           or f.name in STRUCTURE_LEXICAL_FIELDS)
                        and f.name != "people_overrides"}
             bad = sorted(str(k) for k in self.people_overrides if k not in allowed)
             if bad:
                 raise ConfigError(f"config field people_overrides: {bad[0]!r} is not a fusion, "
-                                  f"temporal or per-structure rerank field; allowed: "
+                                  f"temporal, per-structure lexical or rerank field; allowed: "
                                   f"{sorted(allowed)}")
             try:
                 dataclasses.replace(self, people_overrides={}, **self.people_overrides)
