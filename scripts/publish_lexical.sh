@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The lexical half and people's chats (issue 27), with the shipped reranker in place for chats
+# (issue 26): the analyser, the speaker rule and the fusion chosen per chat structure on the
+# tuning parts only, the rerank blend and depth re-chosen out of fold on the new first stage,
+# everything frozen, then each held-out part run once.
+#
+#   scripts/publish_lexical.sh first|rerank|heldout|speed LME_DATA LOCOMO_DATA CACHE [SCRATCH]
+#
+# LME_DATA: ../shared/data/longmemeval/longmemeval_s_cleaned.dev.json.gz (development split);
+# LOCOMO_DATA: ../shared/data/locomo/locomo10.json. Run from the repository root of a clean
+# checkout. Nothing in OUT is overwritten; a step whose output exists is skipped. Every run
+# embeds with the package default (ONNX fp32).
+#
+# first    1. both published splits re-created (every part's sha256 checked against its
+#             manifest); 2. tuning runs that compute and trace every signal: the LongMemEval
+#             tune part with each analyser (plain: word tokens; stem: + Snowball English
+#             stemming + the en-v1 stopwords), the LoCoMo tune conversations with each analyser
+#             and each speaker rule (none, prefix); 3. `engram-eval tune` on each (5-fold,
+#             by conversation on LoCoMo); 4. per structure, the variant with the best
+#             cross-validated estimate (lexical_choice.json); 5. the two chosen runs tuned
+#             together -> tuned_first_stage.yaml (chat settings + people_overrides).
+# rerank   the rerank stage on the chosen chat first stage, out of fold: each half of the
+#          LongMemEval tune part ranked by the chosen first stage alone and reranked by the
+#          fold cross-encoder that never saw it (section 6's fold models, retrained with
+#          section 6's command and checked against their published cards), ONNX int8 (the
+#          shipped form), at each blend and depth; depths limited beforehand to what keeps
+#          the stage within 0.5x the first stage's cost (section 12 measured 0.59x at 35);
+#          choose_rerank.py picks by section 6's objective -> rerank_choice.json.
+# heldout  every configuration frozen before any held-out run, then one run each: LongMemEval
+#          held-out part (the chosen first stage; + the chosen rerank with the shipped model),
+#          LoCoMo held-out conversations (the chosen configuration; BM25 only with the same
+#          analyser); verified with --rerun 3; paired comparisons.
+# speed    speed_rerank.py on the first 30 tune questions (first stage, + the shipped rerank at
+#          the chosen depth), and the LoCoMo first stage cold on the held-out conversations.
+set -euo pipefail
+STEP="$1"
+LME="$2"
+LOCOMO="$3"
+CACHE="$4"
+SCRATCH="${5:-/tmp/w/lex27}"
+OUT=results/lexical
+E="${ENGRAM_EVAL:-.venv/bin/engram-eval}"
+PY=.venv/bin/python
+COMMON=(--cache-dir "$CACHE" --no-progress)
+ALL_SIGNALS=(--use-dense --use-bm25-user --use-bm25-assistant --use-bm25-turn --use-bm25-prf
+             --use-dense-rocchio --no-rerank)
+declare -A LEX=([plain]="--lexical-stemmer none --lexical-stopwords none"
+                [stem]="--lexical-stemmer snowball-english --lexical-stopwords en-v1")
+declare -A SPK=([none]="--lexical-speaker none" [prefix]="--lexical-speaker prefix")
+LME_VARIANTS=(plain stem)
+LOC_VARIANTS=(plain_none stem_none plain_prefix stem_prefix)
+ALPHAS=(0.7 0.8 0.9)
+DEPTHS=(15 20 25)
+mkdir -p "$OUT" "$SCRATCH"
+source "$(dirname "$0")/_rerank_lib.sh"
+
+recreate_split results/longmemeval_s_dev_split/split_manifest.json "$LME" "$SCRATCH/lme"
+recreate_split results/structure/locomo_split_manifest.json "$LOCOMO" "$SCRATCH/loc"
+LME_TUNE=$(part_of "$SCRATCH/lme" tune)
+LME_HELD=$(part_of "$SCRATCH/lme" heldout)
+LOC_TUNE=$(part_of "$SCRATCH/loc" tune)
+LOC_HELD=$(part_of "$SCRATCH/loc" heldout)
+
+# run DATA OUTFILE [options]: one verified, compressed run (skipped when it exists)
+run() {
+  local data="$1" f="$2"
+  shift 2
+  [ -e "$f.gz" ] && return 0
+  "$E" run "$data" --output "$f" "${COMMON[@]}" "$@" | tail -n 1
+  "$E" verify "$f" --dataset "$data" --rerun 3 --rerun-seed 0 > /dev/null
+  "$E" compress "$f" > /dev/null
+}
+
+tune_one() {  # RUN PROTOCOL OUT [cluster args]
+  local r="$1" p="$2" o="$3"
+  shift 3
+  [ -e "$o" ] || "$E" tune "$r" --grid benchmarks/longmemeval/tune_grid.yaml --output "$o" \
+    --protocol "$p" --folds 5 --seed 0 "$@" | tail -n 2
+}
+
+first() {
+  echo "== 2. tuning runs (scratch: rows hashes are in the tune reports)"
+  for v in "${LME_VARIANTS[@]}"; do
+    # shellcheck disable=SC2086
+    run "$LME_TUNE" "$SCRATCH/tune_lme_$v.jsonl" "${ALL_SIGNALS[@]}" ${LEX[$v]}
+  done
+  for v in "${LOC_VARIANTS[@]}"; do
+    # shellcheck disable=SC2086
+    run "$LOC_TUNE" "$SCRATCH/tune_loc_$v.jsonl" "${ALL_SIGNALS[@]}" ${LEX[${v%_*}]} ${SPK[${v#*_}]}
+  done
+  echo "== 3. tune each variant on its own part"
+  for v in "${LME_VARIANTS[@]}"; do
+    tune_one "$SCRATCH/tune_lme_$v.jsonl.gz" answerable "$OUT/tune_lme_$v.yaml"
+  done
+  for v in "${LOC_VARIANTS[@]}"; do
+    tune_one "$SCRATCH/tune_loc_$v.jsonl.gz" locomo "$OUT/tune_loc_$v.yaml" --cluster id-prefix
+  done
+  echo "== 4. choice per structure: the best cross-validated estimate (ties: listed first)"
+  [ -e "$OUT/lexical_choice.json" ] || "$PY" - "$OUT" "${LME_VARIANTS[*]}" "${LOC_VARIANTS[*]}" <<'PY'
+import json, sys
+from pathlib import Path
+from engram_eval.io import atomic_write
+out = Path(sys.argv[1])
+report = {"rule": "per structure, the variant whose `engram-eval tune` cross-validated "
+                  "estimate is highest (5 folds; by conversation on LoCoMo); ties: the one "
+                  "listed first", "structures": {}}
+for kind, prefix, names in (("chat", "lme", sys.argv[2]), ("people", "loc", sys.argv[3])):
+    est = {}
+    for v in names.split():
+        t = json.loads((out / f"tune_{prefix}_{v}.yaml.tuning.json").read_text())
+        est[v] = {"cv_estimate": t["cross_validation"]["estimate"],
+              "in_sample": t["in_sample_score"],
+                  "report": f"tune_{prefix}_{v}.yaml.tuning.json"}
+    best = max(est, key=lambda v: (est[v]["cv_estimate"], -list(est).index(v)))
+    report["structures"][kind] = {"variants": est, "chosen": best}
+atomic_write(out / "lexical_choice.json", json.dumps(report, indent=1) + "\n")
+print(json.dumps({k: v["chosen"] for k, v in report["structures"].items()}))
+PY
+  local chat people
+  chat=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['structures']['chat']['chosen'])" "$OUT/lexical_choice.json")
+  people=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['structures']['people']['chosen'])" "$OUT/lexical_choice.json")
+  echo "== 5. the chosen runs tuned together (chat: $chat, people: $people)"
+  for f in "$SCRATCH/tune_lme_$chat" "$SCRATCH/tune_loc_$people"; do
+    b=$(basename "$f")
+    [ -e "$OUT/$b.jsonl.gz" ] || cp "$f".jsonl.gz* "$OUT/"
+  done
+  [ -e "$OUT/tuned_first_stage.yaml" ] || "$E" tune "$OUT/tune_lme_$chat.jsonl.gz" \
+    "$OUT/tune_loc_$people.jsonl.gz" --grid benchmarks/longmemeval/tune_grid.yaml \
+    --output "$OUT/tuned_first_stage.yaml" --protocol answerable --protocol locomo \
+    --combine worst-ratio --cluster id-prefix --folds 5 --seed 0 | tail -n 4
+}
+
+case "$STEP" in
+  first) first;;
+  *) echo "unknown step $STEP (first|rerank|heldout|speed)" >&2; exit 2;;
+esac
