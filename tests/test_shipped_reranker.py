@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from engram_eval.analysis.ship_reranker import ship  # noqa: E402
+from engram_eval.analysis.ship_reranker import ship, ship_settings_version  # noqa: E402
 from engram_eval.errors import ConfigError, ModelUnavailableError, ProvenanceError  # noqa: E402
 from engram_eval.retrieval import models  # noqa: E402
 from engram_eval.retrieval.models import (  # noqa: E402
@@ -271,3 +271,56 @@ def test_the_defaults_are_the_shipped_reranker_with_its_card() -> None:
     assert d.for_chat_roles(False).rerank is False  # people's chats: off
     explicit = resolve_model_settings(RunConfig(), {"rerank"})
     assert all(src.startswith(f"card:{SHIPPED}") for src in explicit.settings_sources.values())
+
+
+def test_a_settings_only_version_uses_its_base_weights_and_its_own_settings(
+        damaged: Path) -> None:
+    """``ship_settings_version``: a new name whose card changes the settings only; it
+    resolves to the base model's files (checked against its card's hashes), applies its own
+    settings, and hashes its own card, so its runs are told apart from the base's; the base
+    still resolves as before."""
+    root = damaged.parent
+    base = resolve_model(NAME, "reranker")
+    v2 = {**CHOSEN, "rerank_candidates": 3, "fusion_alpha": 0.9}
+    card = ship_settings_version(NAME, root / "tiny-v2", name="tiny-v2", version="2",
+                                 settings=v2, chosen_by="a test")
+    assert card["weights_from"] == NAME and card["files"] == json.loads(
+        (damaged / "card.json").read_text())["files"]
+    assert sorted(p.name for p in (root / "tiny-v2").iterdir()) == ["card.json"]
+    ref = resolve_model("tiny-v2", "reranker")
+    assert ref.path == str(damaged) and ref.name == "tiny-v2"
+    assert ref.files_sha256["version/card.json"] == models.file_sha256(root / "tiny-v2" /
+                                                                        "card.json")
+    assert ref.sha256 != base.sha256
+    assert model_settings_card(ref) == (v2, "card:tiny-v2")
+    assert model_settings_card(resolve_model(NAME, "reranker")) == (CHOSEN, f"card:{NAME}")
+    with pytest.raises(ProvenanceError, match="exists"):
+        ship_settings_version(NAME, root / "tiny-v2", name="tiny-v2", version="2",
+                              settings=v2, chosen_by="")
+    with pytest.raises(ConfigError, match="settings-only"):
+        ship_settings_version("tiny-v2", root / "v3", name="v3", version="3", settings=v2,
+                              chosen_by="")
+    # a damaged base is named through the version; a file beside the version's card too
+    (root / "tiny-v2" / "model.onnx").write_bytes(b"x")
+    with pytest.raises(ModelUnavailableError, match="holds no file but its card"):
+        resolve_model("tiny-v2", "reranker")
+    (root / "tiny-v2" / "model.onnx").unlink()
+    (damaged / "tokenizer.json").write_text("{}")
+    with pytest.raises(ModelUnavailableError, match=r"tokenizer\.json: sha256 .* differs"):
+        resolve_model("tiny-v2", "reranker")
+
+
+def test_a_settings_only_version_reranks_like_its_base_with_its_settings(
+        damaged: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engram_eval.cli import main as cli
+
+    monkeypatch.setenv("ENGRAM_EVAL_CACHE", str(tmp_path / "cache"))
+    root = damaged.parent
+    ship_settings_version(NAME, root / "tiny-v2", name="tiny-v2", version="2",
+                          settings={**CHOSEN, "rerank_candidates": 3}, chosen_by="a test")
+    out = tmp_path / "v2.jsonl"
+    assert cli.main(["run", str(DATASET), "--output", str(out), "--rerank",
+                     "--reranker-model", "tiny-v2", "--limit", "2"]) == 0
+    meta = json.loads((tmp_path / "v2.jsonl.metadata.json").read_text())
+    assert meta["config"]["rerank_candidates"] == 3
+    assert cli.main(["verify", str(out), "--dataset", str(DATASET), "--rerun", "2"]) == 0

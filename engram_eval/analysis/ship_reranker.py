@@ -39,20 +39,10 @@ SHIPPED_INT8_SCHEME = "generic"
 SHIPPED_INT8_OPS = ("MatMul", "Gemm", "Gather")
 
 
-def ship(model_dir: str | Path, training_card: str | Path, output: str | Path, *, name: str,
-         version: str, settings: Mapping[str, Any], chosen_by: str,
-         precision: str = "int8") -> dict[str, Any]:
-    """See the module docstring; returns the card written to ``output/card.json``."""
-    from engram_eval.retrieval.models import (
-        CARD_FILE,
-        SHIPPED_CARD_KIND,
-        hash_model_dir,
-        resolve_model,
-    )
-    from engram_eval.retrieval.onnx_export import _quantize, export_reranker_onnx, recipe
+def _check_new(out: Path, settings: Mapping[str, Any]) -> None:
+    """Refuse an existing output and settings a card may not choose."""
     from engram_eval.retrieval.settings import CARD_FIELDS, STRUCTURE_RERANK_FIELDS
 
-    out = Path(output)
     if out.exists() or out.is_symlink():
         raise ProvenanceError(f"{out}: exists; shipping never overwrites")
     unknown = sorted(set(settings) - set(CARD_FIELDS) - {"people_overrides"})
@@ -64,6 +54,55 @@ def ship(model_dir: str | Path, training_card: str | Path, output: str | Path, *
     if bad_people:
         raise ConfigError(f"ship: people_overrides {bad_people} are not per-structure rerank "
                           f"fields ({list(STRUCTURE_RERANK_FIELDS)})")
+
+
+def ship_settings_version(base: str, output: str | Path, *, name: str, version: str,
+                          settings: Mapping[str, Any], chosen_by: str) -> dict[str, Any]:
+    """A new version of the shipped model ``base`` that changes only the settings it is run
+    with: ``output/`` holds one ``card.json`` with ``weights_from: base``, ``base``'s form,
+    source model, training card and file hashes (checked on every use against ``base``'s
+    files, so the weights are exactly those), and its own ``settings`` and ``chosen_by``.
+    ``base`` keeps its card, so runs made with it still re-execute."""
+    from engram_eval.retrieval.models import CARD_FILE, SHIPPED_ROOT, read_card, resolve_model
+
+    out = Path(output)
+    _check_new(out, settings)
+    resolve_model(base, "reranker")  # present and intact
+    b = read_card(SHIPPED_ROOT / base)
+    if b.get("weights_from"):
+        raise ConfigError(f"ship: {base!r} is itself a settings-only version; name the model "
+                          f"whose files it uses ({b['weights_from']!r})")
+    kept = ("kind", "role", "form", "source_model", "training_card", "files")
+    card: dict[str, Any] = {k: b[k] for k in kept if k in b}
+    card.update({"name": name, "version": version, "weights_from": base,
+                 "settings": dict(settings), "settings_chosen_by": chosen_by})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    tmp.chmod(0o755)
+    try:
+        atomic_write(tmp / CARD_FILE, json.dumps(card, indent=2, sort_keys=True) + "\n")
+        (tmp / CARD_FILE).chmod(0o644)
+        tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return card
+
+
+def ship(model_dir: str | Path, training_card: str | Path, output: str | Path, *, name: str,
+         version: str, settings: Mapping[str, Any], chosen_by: str,
+         precision: str = "int8") -> dict[str, Any]:
+    """See the module docstring; returns the card written to ``output/card.json``."""
+    from engram_eval.retrieval.models import (
+        CARD_FILE,
+        SHIPPED_CARD_KIND,
+        hash_model_dir,
+        resolve_model,
+    )
+    from engram_eval.retrieval.onnx_export import _quantize, export_reranker_onnx, recipe
+
+    out = Path(output)
+    _check_new(out, settings)
     train_card = json.loads(Path(training_card).read_text(encoding="utf-8"))
     source = resolve_model(str(model_dir), "reranker")
     trained = {k: v for k, v in (train_card.get("output_files") or {}).items()

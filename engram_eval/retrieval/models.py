@@ -90,10 +90,14 @@ def hash_model_dir(directory: Path) -> tuple[dict[str, str], str]:
             files[full.relative_to(directory).as_posix()] = file_sha256(full)
     if not files:
         raise ModelUnavailableError(f"model directory {directory} holds no model files")
-    combined = hashlib.sha256(
+    return files, combined_sha256(files)
+
+
+def combined_sha256(files: dict[str, str]) -> str:
+    """One hash of a model's file hashes (relative name -> sha256)."""
+    return hashlib.sha256(
         "".join(f"{k}\0{v}\n" for k, v in sorted(files.items())).encode()
     ).hexdigest()
-    return files, combined
 
 
 def _bundled_minilm() -> tuple[Path, str] | None:
@@ -139,6 +143,9 @@ SHIPPED_ROOT = Path(__file__).resolve().parent.parent / "models"
 #: The settings card inside a shipped (or any) model directory.
 CARD_FILE = "card.json"
 SHIPPED_CARD_KIND = "engram-eval/shipped-model"
+#: The key of a settings-only version's own card among its files' hashes (its other files are
+#: the base model's, card included).
+VERSION_CARD = "version/card.json"
 
 
 def shipped_models() -> list[str]:
@@ -185,14 +192,31 @@ def check_card_files(directory: Path, card: dict[str, Any], files: dict[str, str
 
 
 def _shipped(name: str, role: str) -> ModelRef:
+    """A shipped model by name. A card with ``weights_from: OTHER`` is a settings-only
+    version: it uses the files of the shipped model OTHER (checked against this card's own
+    file hashes, so the weights are exactly the ones it names) with its own ``settings``."""
     directory = SHIPPED_ROOT / name
     card = read_card(directory)
     if card.get("role") != role:
         raise ModelUnavailableError(f"{name!r} is a shipped {card.get('role')} model, not a "
                                     f"{role} model")
-    files, combined = hash_model_dir(directory)
-    check_card_files(directory, card, files)
-    return ModelRef(role, name, str(directory), f"package:engram-eval/{name}",
+    files_dir = directory
+    base = card.get("weights_from")
+    if base is not None:
+        if not isinstance(base, str) or base == name or base not in shipped_models():
+            raise ModelUnavailableError(f"{directory / CARD_FILE}: weights_from {base!r} is not "
+                                        "another shipped model; reinstall the package")
+        files_dir = SHIPPED_ROOT / base
+        own = sorted(p.name for p in directory.iterdir() if p.name != CARD_FILE)
+        if own:
+            raise ModelUnavailableError(f"{directory / own[0]}: a settings-only version "
+                                        f"(weights_from {base!r}) holds no file but its card")
+    files, combined = hash_model_dir(files_dir)
+    check_card_files(files_dir, card, files)
+    if base is not None:  # the version's own card (its settings) is in its hash too
+        files[VERSION_CARD] = file_sha256(directory / CARD_FILE)
+        combined = combined_sha256(files)
+    return ModelRef(role, name, str(files_dir), f"package:engram-eval/{name}",
                     str(card.get("version", "")), files, combined)
 
 
@@ -202,6 +226,8 @@ def model_settings_card(ref: ModelRef) -> tuple[dict[str, Any] | None, str]:
     directory given by path. ``(None, "")`` when there is none (a pretrained model, or a
     ``train-reranker`` output, whose card beside it records training, not a choice)."""
     directory = Path(ref.path)
+    if ref.source == f"package:engram-eval/{ref.name}":
+        directory = SHIPPED_ROOT / ref.name  # a settings-only version's card is its own
     if not (directory / CARD_FILE).is_file():
         return None, ""
     card = read_card(directory)
