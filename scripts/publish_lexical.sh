@@ -19,12 +19,15 @@
 #             by conversation on LoCoMo); 4. per structure, the variant with the best
 #             cross-validated estimate (lexical_choice.json); 5. the two chosen runs tuned
 #             together -> tuned_first_stage.yaml (chat settings + people_overrides).
+# train    section 6's fold cross-encoders retrained (its command, its candidates), each card
+#          compared with the published one (same pairs; weights in float noise, section 6b)
 # rerank   the rerank stage on the chosen chat first stage, out of fold: each half of the
 #          LongMemEval tune part ranked by the chosen first stage alone and reranked by the
 #          fold cross-encoder that never saw it (section 6's fold models, retrained with
 #          section 6's command and checked against their published cards), ONNX int8 (the
 #          shipped form), at each blend and depth; depths limited beforehand to what keeps
-#          the stage within 0.5x the first stage's cost (section 12 measured 0.59x at 35);
+#          the stage within 0.5x the first stage's cost (section 12 measured 0.59x at 35;
+#          pairs scale with depth), blends around the earlier choice (0.8);
 #          choose_rerank.py picks by section 6's objective -> rerank_choice.json.
 # heldout  every configuration frozen before any held-out run, then one run each: LongMemEval
 #          held-out part (the chosen first stage; + the chosen rerank with the shipped model),
@@ -49,8 +52,8 @@ declare -A LEX=([plain]="--lexical-stemmer none --lexical-stopwords none"
 declare -A SPK=([none]="--lexical-speaker none" [prefix]="--lexical-speaker prefix")
 LME_VARIANTS=(plain stem)
 LOC_VARIANTS=(plain_none stem_none plain_prefix stem_prefix)
-ALPHAS=(0.7 0.8 0.9)
-DEPTHS=(15 20 25)
+ALPHAS=(0.8 0.9)
+DEPTHS=(20 25)
 mkdir -p "$OUT" "$SCRATCH"
 source "$(dirname "$0")/_rerank_lib.sh"
 
@@ -130,7 +133,48 @@ PY
     --combine worst-ratio --cluster id-prefix --folds 5 --seed 0 | tail -n 4
 }
 
+train() {
+  echo "== fold cross-encoders, retrained with section 6's command on section 6's candidates"
+  local cand="$SCRATCH/tune_candidates.jsonl"
+  merged_candidates results/longmemeval_s_dev_rerank "$LME_TUNE" "$cand"
+  for i in 0 1; do
+    [ -e "$SCRATCH/ce_fold$i" ] || "$E" train-reranker "$LME_TUNE" --run "$cand" \
+      --output "$SCRATCH/ce_fold$i" --exclude-shard "$i/2" "${TRAIN[@]}" 2>/dev/null | tail -n 2
+    "$PY" scripts/compare_card.py results/longmemeval_s_dev_rerank/ce_fold$i.card.json \
+      "$SCRATCH/ce_fold$i.card.json"
+    [ -e "$OUT/ce_fold${i}.card.json" ] || cp "$SCRATCH/ce_fold$i.card.json" "$OUT/ce_fold${i}.card.json"
+  done
+}
+
+rerank() {
+  echo "== each half of the tune part: the chosen first stage, then reranked out of fold"
+  local args=(--candidate none) i a d f
+  for i in 0 1; do
+    f="$OUT/fold${i}_none.jsonl"
+    run "$LME_TUNE" "$f" --config "$OUT/tuned_first_stage.yaml" --shard "$i/2" \
+      --trace-sessions 5 --no-rerank
+    args+=("$f.gz")
+  done
+  for d in "${DEPTHS[@]}"; do
+    for a in "${ALPHAS[@]}"; do
+      args+=(--candidate "d${d}_a$a")
+      for i in 0 1; do
+        f="$OUT/fold${i}_d${d}_a$a.jsonl"
+        run "$LME_TUNE" "$f" --config "$OUT/tuned_first_stage.yaml" --shard "$i/2" \
+          --trace-sessions 5 --rerank --reranker-model "$SCRATCH/ce_fold$i" \
+          --reranker-backend onnx --reranker-precision int8 --rerank-unit turn \
+          --rerank-max-length 128 --rerank-candidates "$d" --fusion-alpha "$a"
+        args+=("$f.gz")
+      done
+    done
+  done
+  [ -e "$OUT/rerank_choice.json" ] || "$PY" benchmarks/longmemeval/choose_rerank.py \
+    "${args[@]}" --output "$OUT/rerank_choice.json" | tail -n 12
+}
+
 case "$STEP" in
   first) first;;
+  train) train;;
+  rerank) rerank;;
   *) echo "unknown step $STEP (first|rerank|heldout|speed)" >&2; exit 2;;
 esac
