@@ -183,3 +183,34 @@ def test_people_overrides_may_choose_the_analyser_for_people_chats() -> None:
     assert P.build_corpus(chat, s).bm25_user.tokens == [["adopted", "cats"]]  # type: ignore[union-attr]
     with pytest.raises(ConfigError, match="use_bm25_turn"):
         RetrievalSettings(people_overrides={"use_bm25_turn": False})
+
+
+def test_tune_over_two_parts_carries_the_people_runs_own_analyser(tmp_path: Path) -> None:
+    """Runs made with another analyser for people's chats: the people runs' lexical fields
+    that differ from the chat runs' go into people_overrides (and the report says so)."""
+    _run("longmemeval_tiny.json", tmp_path, "real")
+    runs = []
+    for name, gold, roles in (("chat", "s0", True), ("people", "s1", False)):
+        run = tmp_path / f"{name}.hand.jsonl"
+        run.write_text("".join(json.dumps(r) + "\n" for r in hand_rows(gold, roles, name)))
+        meta = json.loads(sidecar_path(tmp_path / "real.jsonl").read_text())
+        if name == "people":
+            meta["config"].update(lexical_stemmer="snowball-english", lexical_speaker="prefix")
+        sidecar_path(run).write_text(json.dumps(meta))
+        runs.append(str(run))
+    grid = tmp_path / "g.yaml"
+    grid.write_text(yaml.safe_dump({"fusion": ["rrf"], "rrf_k": [60],
+                                    "weights": {"dense": [1], "bm25_user": [0, 1]}}))
+    out = tmp_path / "tuned.yaml"
+    assert cli.main(["tune", *runs, "--grid", str(grid), "--output", str(out),
+                     "--objective", "recall_any@1", "--folds", "2",
+                     "--protocol", "answerable"]) == 0
+    cfg = yaml.safe_load(out.read_text())
+    assert cfg["lexical_stemmer"] == "none"
+    assert cfg["people_overrides"] == {"weight_bm25_user": 1.0,
+                                       "lexical_stemmer": "snowball-english",
+                                       "lexical_speaker": "prefix"}
+    rep = json.loads(Path(str(out) + ".tuning.json").read_text())
+    assert rep["fields"]["lexical_speaker"] == {"chat": "none", "people": "prefix",
+                                                "from": "the runs"}
+    assert RetrievalSettings.of(cfg).for_chat_roles(False).lexical_stemmer == "snowball-english"

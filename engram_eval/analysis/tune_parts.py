@@ -22,7 +22,9 @@ per question); each group is tuned on its own parts:
 
 Output: ``CONFIG.yaml`` whose top-level fusion/temporal fields are the ``chat`` choice (or
 the ``people`` one when only people parts were given) and whose ``people_overrides`` hold the
-``people`` choice's fields that differ, so one config serves both structures; a signal is
+``people`` choice's fields that differ, so one config serves both structures (and the people
+runs' own analyser and speaker fields where the runs differ in them: runs made with each
+analyser are compared by their tune estimates, then the chosen runs are tuned together); a signal is
 switched on when either structure gives it weight. ``CONFIG.yaml.tuning.json`` says, per
 field, whether it is shared or per structure, and records every part (path, fingerprint,
 dataset hash, rows hash, protocol, counts), the grid, the objective and combination rule,
@@ -42,7 +44,7 @@ import numpy as np
 from engram_eval.analysis import tune as T
 from engram_eval.errors import ConfigError
 from engram_eval.retrieval import fusion as F
-from engram_eval.retrieval.settings import RetrievalSettings
+from engram_eval.retrieval.settings import STRUCTURE_LEXICAL_FIELDS, RetrievalSettings
 
 COMBINE = ("worst-ratio", "mean")
 STRUCTURE_FIELDS = ("fusion", "normalisation", "rrf_k", "temporal", "temporal_boost")
@@ -181,6 +183,13 @@ def tune_parts(runs: Sequence[str | Path], grid_path: str | Path, output: str | 
                 field_report[name] = {"shared": a}
     else:
         field_report = {k: {main: v} for k, v in main_fields.items()}
+    if "people" in chosen and main == "chat":  # the people runs' own analyser, if it differs
+        people_cfg = RetrievalSettings.of(groups["people"][0].run_cfg).for_chat_roles(False)
+        for name in STRUCTURE_LEXICAL_FIELDS:
+            a, b = config.get(name), getattr(people_cfg, name)
+            if a != b:
+                overrides[name] = b
+                field_report[name] = {"chat": a, "people": b, "from": "the runs"}
     config["people_overrides"] = overrides
     RetrievalSettings.of(config)  # the written config must validate
     report = {
