@@ -52,8 +52,8 @@ declare -A LEX=([plain]="--lexical-stemmer none --lexical-stopwords none"
 declare -A SPK=([none]="--lexical-speaker none" [prefix]="--lexical-speaker prefix")
 LME_VARIANTS=(plain stem)
 LOC_VARIANTS=(plain_none stem_none plain_prefix stem_prefix)
-ALPHAS=(0.8 0.9)
-DEPTHS=(20 25)
+ALPHAS=(0.7 0.8 0.9)
+DEPTHS=(15 20 25)
 mkdir -p "$OUT" "$SCRATCH"
 source "$(dirname "$0")/_rerank_lib.sh"
 
@@ -172,7 +172,60 @@ rerank() {
     "${args[@]}" --output "$OUT/rerank_choice.json" | tail -n 12
 }
 
+heldout() {
+  local v2=engram-ce-minilm-v2
+  echo "== every configuration frozen before any held-out run"
+  declare -A DATA CFG
+  DATA[lme_first_stage]="$LME_HELD"; CFG[lme_first_stage]="--no-rerank"
+  DATA[lme_default]="$LME_HELD";     CFG[lme_default]="--rerank --reranker-model $v2"
+  DATA[locomo_default]="$LOC_HELD";  CFG[locomo_default]="--rerank --reranker-model $v2"
+  DATA[locomo_bm25_only]="$LOC_HELD"; CFG[locomo_bm25_only]="--retriever bm25 --no-rerank"
+  local names=(lme_first_stage lme_default locomo_default locomo_bm25_only) n
+  for n in "${names[@]}"; do
+    # shellcheck disable=SC2086
+    [ -e "$OUT/heldout_$n.frozen.json" ] || "$E" run "${DATA[$n]}" --validate-only \
+      --freeze-source "$OUT/heldout_$n.frozen.json" --config "$OUT/tuned_first_stage.yaml" \
+      ${CFG[$n]} | tail -n 2
+  done
+  echo "== one run each"
+  for n in "${names[@]}"; do
+    # shellcheck disable=SC2086
+    run "${DATA[$n]}" "$OUT/heldout_$n.jsonl" --frozen-source "$OUT/heldout_$n.frozen.json" \
+      --config "$OUT/tuned_first_stage.yaml" ${CFG[$n]}
+  done
+  echo "== paired comparisons"
+  local pairs=(
+    "results/longmemeval_s_dev_split/heldout_default.jsonl.gz lme_first_stage first_stage_vs_section1_default"
+    "results/longmemeval_s_dev_split/heldout_bm25_only.jsonl.gz lme_first_stage first_stage_vs_section1_bm25_only"
+    "results/shipped_reranker/heldout_lme_shipped.jsonl.gz lme_default default_vs_shipped_v1"
+    "$OUT/heldout_lme_first_stage.jsonl.gz lme_default default_vs_first_stage"
+    "results/structure/heldout_locomo_tuned.jsonl.gz locomo_default locomo_default_vs_section7_default"
+    "$OUT/heldout_locomo_bm25_only.jsonl.gz locomo_default locomo_default_vs_bm25_only"
+    "results/structure/heldout_locomo_bm25_only.jsonl.gz locomo_default locomo_default_vs_section7_bm25_only")
+  local p a b o cl
+  for p in "${pairs[@]}"; do
+    read -r a b o <<< "$p"
+    cl=(); [[ "$o" == locomo* ]] && cl=(--cluster id-prefix)
+    [ -e "$OUT/compare_$o.json" ] || "$E" compare "$a" "$OUT/heldout_$b.jsonl.gz" "${cl[@]}" \
+      --output "$OUT/compare_$o.json" --plot "$OUT/compare_$o.png" | tail -n 14
+  done
+  "$PY" scripts/derived_sidecars.py "$OUT"
+}
+
+speed() {
+  [ -e "$OUT/speed_tune30.json" ] || "$PY" benchmarks/longmemeval/speed_rerank.py "$LME_TUNE" \
+    --limit 30 --reranker-model "$SCRATCH/ce_fold0" --shipped engram-ce-minilm-v2 \
+    --passes rerank-shipped --scratch "$SCRATCH/speed_lme" --output "$OUT/speed_tune30.json" \
+    --config "$OUT/tuned_first_stage.yaml"
+  [ -e "$OUT/speed_locomo_heldout.json" ] || "$PY" benchmarks/longmemeval/speed_rerank.py \
+    "$LOC_HELD" --reranker-model "$SCRATCH/ce_fold0" --passes "" --protocol locomo \
+    --scratch "$SCRATCH/speed_loc" --output "$OUT/speed_locomo_heldout.json" \
+    --config "$OUT/tuned_first_stage.yaml"
+}
+
 case "$STEP" in
+  heldout) heldout;;
+  speed) speed;;
   first) first;;
   train) train;;
   rerank) rerank;;

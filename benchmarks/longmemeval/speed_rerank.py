@@ -2,7 +2,7 @@
 """What the rerank stage costs: the same questions run cold (empty vector/score cache), each
 pass in a fresh subprocess, once without a rerank and once per cross-encoder backend.
 
-Passes: ``first-stage`` (the package default, ONNX fp32 embeddings, no rerank), then the same
+Passes: ``first-stage`` (ONNX fp32 embeddings, ``--no-rerank``), then the same
 plus the rerank stage (``--rerank --reranker-model MODEL`` and the rerank options given) on
 ``onnx`` fp32, ``onnx`` int8 and ``sentence_transformers`` (torch). ONNX exports are made
 beforehand, outside the measurement, in each pass's own cache directory. Reported per pass:
@@ -97,7 +97,9 @@ def main() -> int:
             raise SystemExit(f"{cache} holds vectors; a cold pass needs an empty cache")
         exports = _prepare(cache, args.embedding_model, rr)
         opts = list(run_opts)
-        if rr and rr[2] == "shipped":
+        if rr is None:
+            opts += ["--no-rerank"]  # the package default reranks chats
+        elif rr[2] == "shipped":
             opts += ["--rerank", "--reranker-model", rr[0]]
         elif rr:
             opts += ["--rerank", "--reranker-model", rr[0], "--reranker-backend", rr[1],
