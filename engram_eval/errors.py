@@ -58,9 +58,11 @@ class StorageError(EngramEvalError, OSError):
 
 
 class CacheError(EngramEvalError):
-    """An entry of the embedding/score cache fails its checksum (the stored value was changed
-    after it was written). ``path`` is the cache file, ``key`` the entry; the message says how
-    to go around it (``--no-use-cache``) or rebuild it (delete the cache directory)."""
+    """The embedding/score cache cannot be trusted: an entry fails its checksum (the stored
+    value was changed after it was written), or the database itself is damaged, of another
+    layout, or cannot be opened. ``path`` is the cache file, ``key`` the entry (``""`` for the
+    whole database); the message says how to go around it (``--no-use-cache``, another
+    ``--cache-dir``) or rebuild it (delete it)."""
 
     def __init__(self, path: str | Path, key: str, message: str) -> None:
         self.path = str(path)

@@ -6,6 +6,14 @@ long, a parent that is a file, permission denied) surface as one :class:`WriteEr
 never as a raw ``OSError`` chain. The layers above turn it into
 :class:`engram_eval.errors.StorageError` with a hint of what to do (this module sits beside
 ``errors`` and may not import it).
+
+Removals and output paths are contained (:func:`remove_contained`, :func:`refuse_links`):
+whatever this package removes (a temporary file or directory, an output it created a
+moment ago, a stale staging directory) lies strictly inside the output's own directory
+and is reached through real directories only; a symbolic link is removed as a link, never
+followed (the directory it points to is never emptied). A symbolic link where an output
+goes, dangling or not, is refused with one :class:`UnsafePathError` naming it, never
+written through nor silently replaced.
 """
 
 from __future__ import annotations
@@ -54,6 +62,14 @@ class WriteError(OSError):
 
     def __str__(self) -> str:
         return self.message
+
+
+class UnsafePathError(WriteError):
+    """A path this package refuses to write, replace or remove: a symbolic link where an
+    output goes (:func:`refuse_links`), or a removal outside the output's own directory or
+    through a symbolic link (:func:`remove_contained`). ``str()`` is one line naming the
+    path; nothing was written or removed. Not a storage error (:func:`is_storage_error`),
+    so the layers above pass it on as it is."""
 
 
 #: errno values that say "this output cannot be written there" (mapped to WriteError).
@@ -151,7 +167,10 @@ def storage_error(e: OSError, path: str | Path, action: str = "write", hint: str
 
 def is_storage_error(e: BaseException) -> bool:
     """True for an ``OSError`` that says an output cannot be written there (a
-    :class:`WriteError` included; an exclusive-creation refusal, FileExistsError, not)."""
+    :class:`WriteError` included; an exclusive-creation refusal, FileExistsError, and a
+    refused path, :class:`UnsafePathError`, not: no "free space" hint fits them)."""
+    if isinstance(e, UnsafePathError):
+        return False
     if isinstance(e, WriteError):
         return True
     if not isinstance(e, OSError) or isinstance(e, FileExistsError):
@@ -219,7 +238,7 @@ def _write_temp(path: Path, data: bytes) -> str:
             f.flush()
             os.fsync(f.fileno())
     except BaseException:
-        os.unlink(tmp)
+        _unlink_quietly(tmp, path.parent)
         raise
     return tmp
 
@@ -294,18 +313,13 @@ def atomic_write(path: str | Path, data: str | bytes) -> None:
     temporary file and raises one :class:`WriteError` naming ``path``."""
     p = Path(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    if p.is_symlink():  # replacing it would silently drop the link (or a dangling one)
-        import errno
-
-        raise WriteError(p, f"{p}: is a symbolic link (to {os.readlink(p)!r}); an output "
-                         "path must be a plain file or absent: remove the link (nothing was "
-                         "written)", errno.EEXIST)
+    refuse_links(p)  # replacing a link would silently drop it (or a dangling one)
     with storage_errors(p, "write"):
         tmp = _write_temp(p, raw)
         try:
             os.replace(tmp, p)
         except BaseException:
-            _unlink_quietly(tmp)
+            _unlink_quietly(tmp, p.parent)
             raise
 
 
@@ -314,10 +328,12 @@ def exclusive_write(path: str | Path, data: str | bytes) -> None:
 
     The data goes to a temporary file first and is then hard-linked into place
     (``link`` fails when the target exists), so the file appears complete or not at all.
+    A symbolic link at ``path`` (dangling or not) is one :class:`UnsafePathError`.
     Operating-system failures raise one :class:`WriteError` naming ``path``.
     """
     p = Path(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
+    refuse_links(p)
     with storage_errors(p, "create"):
         tmp = _write_temp(p, raw)
         try:
@@ -325,14 +341,104 @@ def exclusive_write(path: str | Path, data: str | bytes) -> None:
         except FileExistsError:
             raise FileExistsError(f"{p} already exists; refusing to overwrite") from None
         finally:
-            _unlink_quietly(tmp)
+            _unlink_quietly(tmp, p.parent)
 
 
-def _unlink_quietly(path: str | Path) -> None:
+def _unlink_quietly(path: str | Path, root: str | Path) -> None:
+    """Remove this call's own temporary file ``path`` inside ``root`` (gone already: fine)."""
+    remove_contained(path, root, recursive=False)
+
+
+# -- contained removal and output paths ----------------------------------------------------
+def link_problem(path: str | Path) -> str | None:
+    """``"is a symbolic link (to 'T')"`` (with ``", which does not exist"`` for a dangling
+    one) when ``path`` itself is a symbolic link, else None. Never follows it."""
+    if not os.path.islink(path):
+        return None
     try:
-        os.unlink(path)
+        target = os.readlink(path)
+    except OSError:  # pragma: no cover - replaced in between
+        target = "?"
+    gone = "" if os.path.exists(path) else ", which does not exist"
+    return f"is a symbolic link (to {target!r}{gone})"
+
+
+def refuse_links(*paths: str | Path, what: str = "an output path") -> None:
+    """Refuse, before anything is written, a symbolic link (dangling or not) at any of
+    ``paths`` (a result, sidecar, summary, plot, ...): one :class:`UnsafePathError` naming
+    it. Writing through the link would change a file outside the output's directory;
+    replacing it would silently drop it."""
+    for p in paths:
+        problem = link_problem(p)
+        if problem is not None:
+            raise UnsafePathError(p, f"{p}: {problem}; {what} must be a plain file or "
+                                  "absent: remove the link (nothing was written)",
+                                  _errno.EEXIST)
+
+
+def _refused(path: str | Path, root: str | Path, why: str) -> UnsafePathError:
+    return UnsafePathError(path, f"refusing to remove {path}: {why} (what this package "
+                           f"removes lies inside {root}, reached through real directories "
+                           "only); nothing was removed", _errno.EPERM)
+
+
+def contained_path(path: str | Path, root: str | Path) -> Path:
+    """``path`` rebuilt under the real location of ``root``, after checking that it lies
+    strictly inside ``root`` (paths taken as written, made absolute by
+    ``os.path.abspath``) and that no directory between ``root`` and it is a symbolic link
+    (``root``'s own links are the caller's choice and kept). Raises
+    :class:`UnsafePathError` otherwise."""
+    import stat
+
+    real_root = Path(os.path.realpath(root))
+    p = Path(os.path.abspath(path))
+    for base in (Path(os.path.abspath(root)), real_root):
+        if p != base and p.is_relative_to(base):
+            rel = p.relative_to(base)
+            break
+    else:
+        raise _refused(path, root, f"it is not inside {root}")
+    cur = real_root
+    for part in rel.parts[:-1]:
+        cur = cur / part
+        try:
+            mode = os.lstat(cur).st_mode
+        except FileNotFoundError:
+            break  # nothing below it to remove
+        if stat.S_ISLNK(mode):
+            raise _refused(path, root, f"{cur} is a symbolic link")
+    return real_root.joinpath(*rel.parts)
+
+
+def remove_contained(path: str | Path, root: str | Path, *, recursive: bool = True,
+                     ignore_errors: bool = False) -> bool:
+    """Remove ``path``, which must lie inside ``root``, the output's own directory
+    (:func:`contained_path`; else :class:`UnsafePathError` and nothing is removed).
+
+    A symbolic link is removed as a link (its target is never touched); a directory is
+    removed with its contents when ``recursive`` (``shutil.rmtree``, which removes the
+    links inside it as links), else only when empty (``os.rmdir``). A missing ``path`` is
+    nothing to do. Returns whether something was removed. ``ignore_errors``: an
+    operating-system failure of the removal itself is ignored (a refusal never is)."""
+    import shutil
+    import stat
+
+    target = contained_path(path, root)
+    try:
+        if stat.S_ISDIR(os.lstat(target).st_mode):
+            if recursive:
+                shutil.rmtree(target)
+            else:
+                os.rmdir(target)
+        else:  # a file or a link (never followed)
+            os.unlink(target)
     except FileNotFoundError:
-        pass
+        return False
+    except OSError:
+        if ignore_errors:
+            return False
+        raise
+    return True
 
 
 class _GuardedFile:
@@ -363,13 +469,15 @@ def streaming_write(path: str | Path, *, exclusive: bool = True,
     mtime 0 so equal content gives equal bytes, when ``gzip_output``). When the block exits
     normally the data is fsynced and the file appears at ``path`` in one step: hard-linked
     (``exclusive``: FileExistsError when ``path`` exists, nothing overwritten) or
-    ``os.replace``-d. On any error the temporary file is removed and ``path`` is untouched;
+    ``os.replace``-d. A symbolic link at ``path`` is refused first (:func:`refuse_links`).
+    On any error the temporary file is removed and ``path`` is untouched;
     a write failure of the operating system (disk full, ...) is one :class:`WriteError`
     naming ``path``.
     """
     import gzip
 
     p = Path(path)
+    refuse_links(p)
     with storage_errors(p, "create"):
         fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(p.name), suffix=".tmp", dir=p.parent)
     raw = os.fdopen(fd, "wb")
@@ -397,8 +505,7 @@ def streaming_write(path: str | Path, *, exclusive: bool = True,
                 raw.close()
             except OSError:
                 pass  # buffered bytes of a failed write; the file is removed below
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        _unlink_quietly(tmp, p.parent)
 
 
 def dump_json(obj: Any) -> str:

@@ -67,7 +67,8 @@ def test_two_processes_write_the_cache_at_once(tmp_path: Path) -> None:
 def test_first_writer_of_a_key_wins(tmp_path: Path) -> None:
     a, b = VectorCache(tmp_path), VectorCache(tmp_path)
     a.put_vectors({"x": np.ones(4, dtype=np.float32)})
-    b.put_vectors({"x": np.zeros(4, dtype=np.float32), "y": np.zeros(4, dtype=np.float32)})
+    twos = np.full(4, 2.0, dtype=np.float32)
+    b.put_vectors({"x": twos, "y": twos})
     np.testing.assert_array_equal(b.get_vectors(["x"])["x"], np.ones(4, dtype=np.float32))
     assert set(a.get_vectors(["x", "y", "z"])) == {"x", "y"}
     a.put_vectors({})

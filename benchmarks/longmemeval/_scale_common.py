@@ -66,8 +66,16 @@ def _scheme() -> str:
 
 def refuse_existing(*paths: str | Path) -> None:
     for p in paths:
-        if Path(p).exists():
-            raise SystemExit(f"{p} exists; refusing to overwrite")
+        if Path(p).exists() or Path(p).is_symlink():
+            raise SystemExit(f"{p} exists (or is a symbolic link); refusing to overwrite")
+
+
+def remove_file(path: str | Path) -> None:
+    """Remove this script's own file ``path`` (a ``.partial`` progress file, a scratch file),
+    inside its own directory and never through a link (absent: nothing to do)."""
+    from engram_eval.io import remove_contained
+
+    remove_contained(path, Path(path).parent, recursive=False)
 
 
 def write_json(path: str | Path, obj: Any) -> None:

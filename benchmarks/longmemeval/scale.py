@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -112,10 +111,13 @@ def _plot(table: dict[str, Any], path: str) -> None:
                  f"({table['questions']} questions, seed {table['seed']}); this machine",
                  fontsize=10)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=os.path.dirname(os.path.abspath(path)))
-    os.close(fd)
-    fig.savefig(tmp, dpi=120)
-    os.replace(tmp, path)
+    import io
+
+    from engram_eval.io import atomic_write
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    atomic_write(path, buf.getvalue())  # a link at the plot path is refused
 
 
 def main() -> int:
@@ -185,9 +187,8 @@ def main() -> int:
     if not args.skip_stream:
         big = scratch / f"stream_{args.stream_sessions}.json"
         limit = args.stream_questions or "all"
-        if big.exists():
-            big.unlink()
-            Path(str(big) + ".meta.json").unlink(missing_ok=True)
+        common.remove_file(big)  # a previous pass's, in the scratch directory
+        common.remove_file(str(big) + ".meta.json")
         w = common.measure_python(STREAM_WRITER, [args.dataset, str(big),
                                                   str(args.stream_sessions), str(args.seed),
                                                   str(limit)])
@@ -212,7 +213,7 @@ def main() -> int:
                        limit=args.stream_run_limit, recall=_recall(rows))
             table["streaming"]["run_bm25"] = res
         print(json.dumps(table["streaming"]), flush=True)
-        big.unlink()
+        common.remove_file(big)
     header = common.provenance_header(__file__, {"source": args.dataset},
                                       {"questions": args.questions, "sizes": sizes,
                                        "seed": args.seed, "retrievers": names,

@@ -87,7 +87,7 @@ def main() -> int:
                 "median_seconds_per_question", "wall_seconds_per_question")}}), flush=True)
             common.write_json(str(args.output) + ".partial", out)
     common.write_json(args.output, out)
-    Path(str(args.output) + ".partial").unlink(missing_ok=True)
+    common.remove_file(str(args.output) + ".partial")
     return 0
 
 

@@ -124,7 +124,7 @@ def main() -> int:
         print(json.dumps({name: shown}), flush=True)
         common.write_json(str(args.output) + ".partial", out)
     common.write_json(args.output, out)
-    Path(str(args.output) + ".partial").unlink(missing_ok=True)
+    common.remove_file(str(args.output) + ".partial")
     return 0
 
 

@@ -106,7 +106,7 @@ def main() -> int:
         out["variants"][name] = entry
         common.write_json(str(args.output) + ".partial", out)  # progress, replaced below
     common.write_json(args.output, out)
-    Path(str(args.output) + ".partial").unlink(missing_ok=True)
+    common.remove_file(str(args.output) + ".partial")
     print(json.dumps({n: {"s_per_q_cold": e["cold"]["seconds_per_question"],
                           "warm_speedup": e.get("warm_speedup")}
                       for n, e in out["variants"].items()}))

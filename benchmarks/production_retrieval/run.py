@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     _common.offline()
     from engram_eval.errors import EngramEvalError
-    from engram_eval.io import NotRegularFileError
+    from engram_eval.io import NotRegularFileError, UnsafePathError
     from engram_eval.production import runner as R
     from engram_eval.production.search import Engine
 
@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         doc = R.run_fixture(args.fixture, args.output, args.work_dir, engine, root,
                             frozen_source=args.frozen_source, ledger=args.ledger,
                             command=sys.argv)
-    except (EngramEvalError, FileNotFoundError, FileExistsError, NotRegularFileError) as e:
+    except (EngramEvalError, FileNotFoundError, FileExistsError, NotRegularFileError,
+            UnsafePathError) as e:
         print(f"production run: error: {e}", file=sys.stderr)
         return 2
     s = doc["summary"]

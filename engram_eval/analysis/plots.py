@@ -50,12 +50,13 @@ def _pyplot() -> Any:
 
 
 def _save(fig: Any, output: str | Path, overwrite: bool) -> Path:
-    from engram_eval.io import atomic_write, exclusive_write
+    from engram_eval.io import atomic_write, exclusive_write, refuse_links
 
     out = Path(output)
     fmt = out.suffix.lstrip(".").lower() or "png"
     if fmt not in ("png", "svg", "pdf"):
         raise ConfigError(f"{out}: figure format must be .png, .svg or .pdf")
+    refuse_links(out)  # even with overwrite: a link (dangling or not) is never replaced
     if not overwrite and out.exists():
         raise FileExistsError(f"{out} already exists; refusing to overwrite")
     buf = io.BytesIO()

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError, ProvenanceError
-from engram_eval.io import atomic_write
+from engram_eval.io import atomic_write, remove_contained
 
 #: The int8 scheme of a shipped graph: U8U8 (correct with and without VNNI).
 SHIPPED_INT8_SCHEME = "generic"
@@ -83,9 +83,8 @@ def ship_settings_version(base: str, output: str | Path, *, name: str, version: 
         atomic_write(tmp / CARD_FILE, json.dumps(card, indent=2, sort_keys=True) + "\n")
         (tmp / CARD_FILE).chmod(0o644)
         tmp.rename(out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+    finally:  # our temporary directory (already renamed into place: nothing to do)
+        remove_contained(tmp, out.parent)
     return card
 
 
@@ -147,6 +146,5 @@ def ship(model_dir: str | Path, training_card: str | Path, output: str | Path, *
                 f.chmod(0o644)  # package data: readable by every user
             tmp.rename(out)
         finally:
-            if tmp.exists():
-                shutil.rmtree(tmp)
+            remove_contained(tmp, out.parent)
     return card

@@ -53,7 +53,7 @@ from typing import Any
 
 from engram_eval.data.records import Question, Session, has_chat_roles, user_turns
 from engram_eval.errors import ConfigError, ProvenanceError
-from engram_eval.io import atomic_write, sha256_file
+from engram_eval.io import atomic_write, refuse_links, sha256_file
 from engram_eval.retrieval.bm25 import tokenize
 
 CARD_KIND = "engram-eval/reranker-card"
@@ -284,6 +284,7 @@ def train(part: str | Path, run: str | Path, output: str | Path,
     s = settings or TrainSettings()
     out = Path(output)
     card_path = Path(str(out) + ".card.json")
+    refuse_links(out, card_path)  # a link (dangling or not) where an output goes
     for p in (out, card_path):
         if p.exists():
             raise ProvenanceError(f"{p}: exists; train-reranker never overwrites")

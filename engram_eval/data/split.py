@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
-from engram_eval.io import dump_json, exclusive_write, sha256_file
+from engram_eval.io import dump_json, exclusive_write, remove_contained, sha256_file
 
 MANIFEST_NAME = "split_manifest.json"
 MARKER_SUFFIX = ".split.json"
@@ -325,8 +325,8 @@ def split_dataset(source: str | Path, *, holdout: float, salt: str, output_dir: 
         for c in created:  # readable like any data file (the temp file was created 0600)
             os.chmod(c, 0o644 & ~_umask())
     except BaseException:
-        for c in created:
-            c.unlink(missing_ok=True)
+        for c in created:  # ours, created a moment ago
+            remove_contained(c, out_dir, recursive=False)
         raise
     return SplitOutcome(manifest_path, manifest, part_paths)
 

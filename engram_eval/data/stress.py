@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import sqlite3
 import tempfile
@@ -38,7 +37,15 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
-from engram_eval.io import atomic_write, dump_json, input_problem, sha256_file, streaming_write
+from engram_eval.io import (
+    atomic_write,
+    dump_json,
+    input_problem,
+    refuse_links,
+    remove_contained,
+    sha256_file,
+    streaming_write,
+)
 
 DATE_FORMAT = "%Y/%m/%d (%a) %H:%M"
 KIND = "engram-eval/stress-set"
@@ -189,6 +196,7 @@ def make_stress(source: str | Path, output: str | Path, *, sessions: int, seed: 
     out = Path(output)
     if sessions < 1:
         raise ConfigError(f"make-stress --sessions {sessions}: must be >= 1")
+    refuse_links(out, meta_path(out))  # a link (dangling or not) where an output goes
     for p in (out, meta_path(out)):
         if p.exists():
             raise ProvenanceError(f"{p} already exists; refusing to overwrite")
@@ -260,10 +268,8 @@ def make_stress(source: str | Path, output: str | Path, *, sessions: int, seed: 
         except FileExistsError:
             raise ProvenanceError(f"{out} already exists; refusing to overwrite") from None
         db.close()
-    finally:
-        for p in Path(tmpdir).glob("*"):
-            p.unlink()
-        os.rmdir(tmpdir)
+    finally:  # the spool directory, ours, inside the output's directory
+        remove_contained(tmpdir, out.parent)
 
     from engram_eval.io import package_root
 

@@ -42,6 +42,8 @@ from engram_eval.io import (
     check_name_lengths,
     exclusive_write,
     make_parent,
+    refuse_links,
+    remove_contained,
     sha256_file,
     storage_errors,
 )
@@ -197,6 +199,7 @@ def run_fixture(fixture: str | Path, output: str | Path, work_dir: str | Path, e
         blocker = blocking_file(out)
         if blocker is not None:
             raise StorageError(out, f"cannot create {out}: {blocker} is a file, not a directory")
+    refuse_links(*_outputs(out))  # a link (dangling or not) where an output goes
     for p in _outputs(out):
         if p.exists():
             raise ProvenanceError(f"{p} already exists; refusing to overwrite (choose a new "
@@ -276,14 +279,19 @@ def run_fixture(fixture: str | Path, output: str | Path, work_dir: str | Path, e
                 exclusive_write(p, data)
             written.append(p)
     except FileExistsError as e:
-        for p in written:
-            p.unlink()
+        _remove_written(written)
         raise ProvenanceError(str(e)) from None
     except BaseException:
-        for p in written:
-            p.unlink()
+        _remove_written(written)
         raise
     return doc
+
+
+def _remove_written(written: list[Path]) -> None:
+    """Remove the output files this run created a moment ago (inside their own directory,
+    never through a link: :func:`engram_eval.io.remove_contained`)."""
+    for p in written:
+        remove_contained(p, p.parent, recursive=False)
 
 
 def _environment() -> dict[str, Any]:

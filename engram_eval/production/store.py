@@ -40,7 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from engram_eval.errors import DataError, ProvenanceError, StorageError
-from engram_eval.io import make_parent, storage_errors
+from engram_eval.io import make_parent, remove_contained, storage_errors
 
 FORMAT_VERSION = 1
 #: The tables and columns a store must have.
@@ -132,7 +132,7 @@ class MemoryStore:
                 cls._create_tables(conn, engine)
         except sqlite3.DatabaseError as e:
             conn.close()
-            p.unlink(missing_ok=True)  # ours: it did not exist a moment ago
+            remove_contained(p, p.parent, recursive=False)  # ours: absent a moment ago
             raise StorageError(p, f"cannot create the memory store {p}: {e}") from None
         return cls(p, engine, conn)
 

@@ -16,7 +16,7 @@ spent inside the model so benchmarks can report inference vs everything else.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any, Protocol
 
@@ -275,6 +275,7 @@ class CachedEncoder:
         self._prefix = (embedder.ref.sha256, embedder.precision, backend or "",
                         library_versions(backend or "sentence_transformers"))
         self._memory: dict[str, np.ndarray] = {}
+        self._dim: int | None = None  # the model's, once it has encoded something
         self.n_model = 0
         self.n_disk = 0
         self.n_memory = 0
@@ -284,7 +285,12 @@ class CachedEncoder:
         return content_key(*self._prefix, text)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, dim) vectors of ``texts``. The disk cache validates what it returns
+        (:meth:`VectorCache.get_vectors`, with the model's dimension once known); a cached
+        vector whose dimension turns out to differ from the model's is rejected there
+        (a warning) and encoded again, never stacked with the model's."""
         keys = [self.key(t) for t in texts]
+        text_of = dict(zip(keys, texts, strict=False))
         found: dict[str, np.ndarray] = {}
         todo: list[str] = []
         for k in dict.fromkeys(keys):
@@ -294,23 +300,33 @@ class CachedEncoder:
             else:
                 todo.append(k)
         if todo and self.cache is not None:
-            disk = self.cache.get_vectors(todo)
+            disk = self.cache.get_vectors(todo, dim=self._dim)
             self.n_disk += len(disk)
             found.update(disk)
             self._memory.update(disk)
             todo = [k for k in todo if k not in disk]
         if todo:
-            text_of = dict(zip(keys, texts, strict=False))
-            new_texts = [text_of[k] for k in todo]
-            t0 = time.perf_counter()
-            vecs = self.embedder.encode(new_texts)
-            self.model_seconds += time.perf_counter() - t0
-            self.n_model += len(new_texts)
-            fresh = {k: vecs[i] for i, k in enumerate(todo)}
-            if self.cache is not None:
-                self.cache.put_vectors(fresh)
-            found.update(fresh)
-            self._memory.update(fresh)
+            found.update(self._compute(todo, text_of))
+            odd = {k: f"dimension {v.shape[0]}, the model's is {self._dim}"
+                   for k, v in found.items() if v.shape[0] != self._dim}
+            if odd:  # read from the cache before the model's dimension was known
+                if self.cache is not None:
+                    self.cache.reject("vec", odd)
+                found.update(self._compute(list(odd), text_of))
         if not keys:
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([found[k] for k in keys]).astype(np.float32, copy=False)
+
+    def _compute(self, todo: list[str], text_of: Mapping[str, str]) -> dict[str, np.ndarray]:
+        """Encode the texts of ``todo`` with the model (learning its dimension), and keep
+        the vectors in memory and in the disk cache."""
+        t0 = time.perf_counter()
+        vecs = self.embedder.encode([text_of[k] for k in todo])
+        self.model_seconds += time.perf_counter() - t0
+        self.n_model += len(todo)
+        self._dim = int(vecs.shape[1])
+        fresh = {k: vecs[i] for i, k in enumerate(todo)}
+        if self.cache is not None:
+            self.cache.put_vectors(fresh)
+        self._memory.update(fresh)
+        return fresh

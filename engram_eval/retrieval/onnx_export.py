@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError, ModelUnavailableError
-from engram_eval.io import atomic_write
+from engram_eval.io import atomic_write, remove_contained
 from engram_eval.retrieval.models import ModelRef, hash_model_dir
 
 #: Bump when the export or quantisation code changes what is written.
@@ -347,9 +347,8 @@ def export_onnx(source: ModelRef, precision: str = "fp32",
                 if not (final / "export.json").is_file():
                     raise
                 # another process finished the same export first: keep theirs
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+        finally:  # our temporary directory, unless renamed into place
+            remove_contained(tmp, final.parent, ignore_errors=True)
     files, combined = hash_model_dir(final)
     variant = final.name.rsplit("-", 1)[0]
     role = "embedding-onnx" if task == "embedding" else "reranker-onnx"

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from engram_eval.data.datasets import load_questions
 from engram_eval.errors import DataError, ProvenanceError
-from engram_eval.io import exclusive_write
+from engram_eval.io import exclusive_write, refuse_links, remove_contained
 from engram_eval.provenance.sidecar import sidecar_path, summary_path
 from engram_eval.runs.reader import read_run
 from engram_eval.runs.rows import open_rows, read_rows_bytes
@@ -90,6 +89,7 @@ def compress_result(result: str | Path) -> Path:
     dst = Path(str(src) + ".gz")
     if src.name.endswith(".gz"):
         raise ProvenanceError(f"{src} already ends in .gz")
+    refuse_links(dst, sidecar_path(dst), summary_path(dst))
     for p in (src, sidecar_path(src), summary_path(src)):
         if not p.is_file():
             raise ProvenanceError(f"{p} is missing; compress needs the result, its sidecar and "
@@ -115,9 +115,9 @@ def compress_result(result: str | Path) -> Path:
         if not after.ok or after.checks != before.checks:
             raise ProvenanceError(f"{dst} does not verify like {src}:\n" + after.format())
     except BaseException:
-        for path in created:
-            os.unlink(path)
+        for path in created:  # ours, created a moment ago
+            remove_contained(path, dst.parent, recursive=False)
         raise
-    for p in (summary_path(src), sidecar_path(src), src):
-        os.unlink(p)
+    for p in (summary_path(src), sidecar_path(src), src):  # a link is removed as a link
+        remove_contained(p, src.parent, recursive=False)
     return dst

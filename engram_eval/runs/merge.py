@@ -31,7 +31,9 @@ directory is owned by the process holding the lock on its ``owner`` file (which 
 pid); a merge killed mid-way (``kill -9``) leaves it unlocked, and the next merge into the
 same output removes it -- and any output file the killed merge had already linked into place,
 unless all three were -- and says so on stderr. A failure while writing (disk full, ...)
-removes it at once and leaves no output.
+removes it at once and leaves no output. Every removal stays inside the output's directory
+and never follows a symbolic link (:func:`engram_eval.io.remove_contained`); a symbolic link
+at an output path or at ``.OUT.merging`` (dangling or not) is refused before anything is done.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import socket
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -56,6 +57,8 @@ from engram_eval.io import (
     dump_json,
     is_storage_error,
     make_parent,
+    refuse_links,
+    remove_contained,
     storage_errors,
     streaming_write,
 )
@@ -132,8 +135,12 @@ class Staging:
         owner = self.dir / "owner"
         fd = -1
         for _ in range(10):  # a finishing merge may remove the directory under us: retry
-            with storage_errors(self.dir, "create", RETRY_HINT, cls=StorageError):
-                self.dir.mkdir(exist_ok=True)
+            if not self.dir.is_symlink():
+                with storage_errors(self.dir, "create", RETRY_HINT, cls=StorageError):
+                    try:
+                        self.dir.mkdir()
+                    except FileExistsError:
+                        pass
             if self.dir.is_symlink() or not self.dir.is_dir():
                 # its cleanup would empty whatever it points to: never follow it
                 raise ProvenanceError(f"{self.dir}: the merge's temporary directory is a "
@@ -181,7 +188,7 @@ class Staging:
         who = f"({previous})" if previous else "(owner unknown)"
         if linked and len(linked) < len(_STAGED):
             for final in linked:
-                os.unlink(final)
+                remove_contained(final, self.out.parent, recursive=False)
             self.echo(f"merge: removed {', '.join(map(str, linked))}: partly published by an "
                       f"interrupted merge into {self.out} {who}")
         self._remove_contents()
@@ -189,17 +196,12 @@ class Staging:
                   f"interrupted merge {who} (it held: {', '.join(left)})")
 
     def _remove_contents(self) -> None:
+        """Remove everything in the directory but ``owner``, contained in the output's own
+        directory (:func:`engram_eval.io.remove_contained`: a link in it is removed as a
+        link; the directory itself, were it a link, is refused)."""
         for name in os.listdir(self.dir):
-            if name == "owner":
-                continue
-            p = self.dir / name
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                try:
-                    p.unlink()
-                except FileNotFoundError:
-                    pass
+            if name != "owner":
+                remove_contained(self.dir / name, self.out.parent, ignore_errors=True)
 
     def path(self, name: str) -> Path:
         return self.dir / name
@@ -215,14 +217,17 @@ class Staging:
                     os.link(self.dir / name, final)
                 done.append(final)
         except FileExistsError as e:
-            for p in done:
-                os.unlink(p)
+            self._unpublish(done)
             raise ProvenanceError(f"{e.filename2 or e.filename or self.out} already exists; "
                                   "refusing to overwrite") from None
         except BaseException:
-            for p in done:
-                os.unlink(p)
+            self._unpublish(done)
             raise
+
+    def _unpublish(self, done: list[Path]) -> None:
+        """Remove the output files this merge linked into place a moment ago."""
+        for p in done:
+            remove_contained(p, self.out.parent, recursive=False)
 
     def release(self) -> None:
         """Remove the directory (its files first, the owner file last) and drop the lock."""
@@ -231,8 +236,8 @@ class Staging:
         try:
             self._remove_contents()
             try:
-                os.unlink(self.dir / "owner")
-                self.dir.rmdir()
+                remove_contained(self.dir / "owner", self.out.parent, recursive=False)
+                remove_contained(self.dir, self.out.parent, recursive=False)  # empty only
             except OSError:
                 pass  # another merge already waits on it and cleans up after us
         finally:
@@ -274,6 +279,8 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
         check_name_lengths((out, sidecar_path(out), summary_path(out), staging_dir(out)),
                            hint="choose a shorter output name (the sidecar adds "
                                 "'.metadata.json' to it)")
+    # a link at an output (or at the temporary directory) is refused before anything else
+    refuse_links(out, sidecar_path(out), summary_path(out), staging_dir(out))
     if staging_dir(out).is_dir():  # left by an interrupted merge: clean it (or refuse)
         Staging(out, echo).acquire().release()
     for p in (out, sidecar_path(out), summary_path(out)):
