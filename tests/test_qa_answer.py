@@ -73,7 +73,9 @@ def test_writes_the_hypothesis_contract(context: Path, tmp_path: Path) -> None:
         got = answer(context, out, config(server, concurrency=3), echo=lambda m: None)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert got.n_written == 12 and len(rows) == 12
-    assert all(set(r) == {"question_id", "hypothesis"} for r in rows)
+    # the hypothesis contract, plus the content hashes a resume re-checks
+    assert all(list(r) == ["question_id", "hypothesis", "prompt_sha256", "hypothesis_sha256"]
+               for r in rows)
     ctx = {r["question_id"]: r for r in scan_rows(context, required=("question_id",)).rows}
     for r in rows:
         assert r["hypothesis"].endswith("re " + ctx[r["question_id"]]["question"])
@@ -275,3 +277,67 @@ def test_url_credentials_never_reach_the_recorded_command() -> None:
     assert KEY not in " ".join(clean)
     assert clean[4] == "https://host.example:8443/v1" and clean[5] == "--base-url=http://h/v1"
     assert clean[:4] == argv[:4] and clean[-2:] == argv[-2:]
+
+
+# --------------------------------------------------------------------------- resume re-checks
+def _edit_line(path: Path, n: int, fn) -> None:
+    ls = path.read_text().splitlines(keepends=True)
+    row = json.loads(ls[n])
+    fn(row)
+    ls[n] = json.dumps(row, ensure_ascii=False) + "\n"
+    path.write_text("".join(ls))
+
+
+def _swap_question_ids(path: Path) -> None:
+    ls = [json.loads(x) for x in path.read_text().splitlines()]
+    ls[0]["question_id"], ls[1]["question_id"] = ls[1]["question_id"], ls[0]["question_id"]
+    path.write_text("".join(json.dumps(r) + "\n" for r in ls))
+
+
+@pytest.mark.parametrize(("edit", "match"), [
+    (lambda p: _edit_line(p, 1, lambda r: r.__setitem__("hypothesis", "forged")),
+     r"line 2 \(question '[^']+'\): field 'hypothesis': does not match its hypothesis_sha256"),
+    (_swap_question_ids, r"line 1 \(question '[^']+'\): field 'prompt_sha256': not the sha256 "
+     "of this question's messages"),
+    (lambda p: _edit_line(p, 0, lambda r: r.__setitem__("note", "x")),
+     r"line 1 .*field 'note': not a field engram-eval writes"),
+    (lambda p: _edit_line(p, 2, lambda r: r.__setitem__("question_id", "lme_t99")),
+     r"line 3: question_id 'lme_t99' is not in the run's selection"),
+    (lambda p: _edit_line(p, 0, lambda r: (r.pop("prompt_sha256"),
+                                           r.pop("hypothesis_sha256"))),
+     r"field 'prompt_sha256': missing: rows written before engram-eval recorded content "
+     r"hashes .* start a new output"),
+    (lambda p: edit_sidecar(p, lambda m: m.__setitem__("approved_by", "x")),
+     r"field 'approved_by' is not one engram-eval writes"),
+])
+def test_resume_refuses_a_kept_row_whose_content_changed(context: Path, tmp_path: Path,
+                                                         edit, match: str) -> None:
+    out = tmp_path / "hyp.jsonl"
+    with FakeServer(echo_reply) as server:
+        answer(context, out, config(server, limit=4), echo=lambda m: None)
+        out.write_text("".join(out.read_text().splitlines(keepends=True)[:3]))  # interrupted
+        edit(out)
+        before = out.read_bytes()
+        asked = len(server.seen)
+        with pytest.raises(ProvenanceError, match=match) as e:
+            answer(context, out, config(server, limit=4), resume=True, echo=lambda m: None)
+        assert len(server.seen) == asked and out.read_bytes() == before  # nothing asked/written
+    assert str(out) in str(e.value)
+
+
+def edit_sidecar(path: Path, fn) -> None:
+    side = sidecar_path(path)
+    meta = json.loads(side.read_text())
+    fn(meta)
+    side.write_text(json.dumps(meta))
+
+
+def test_resume_keeps_untouched_rows(context: Path, tmp_path: Path) -> None:
+    out = tmp_path / "hyp.jsonl"
+    with FakeServer(echo_reply) as server:
+        answer(context, out, config(server, limit=4), echo=lambda m: None)
+        kept = out.read_text().splitlines(keepends=True)[:2]
+        out.write_text("".join(kept))
+        answer(context, out, config(server, limit=4), resume=True, echo=lambda m: None)
+    assert out.read_text().splitlines(keepends=True)[:2] == kept
+    assert len(out.read_text().splitlines()) == 4

@@ -162,3 +162,87 @@ def test_judge_refuses_an_unfinished_hypothesis_file(hypotheses: Path, tmp_path:
         judge(hyp, TINY_LONGMEMEVAL, tmp_path / "j.jsonl",
               JudgeConfig(base_url="http://127.0.0.1:9/v1", judge_model="j", progress=False),
               echo=lambda m: None)
+
+
+# --------------------------------------------------------------------------- resume re-checks
+def _judged(hypotheses: Path, questions: dict, out: Path) -> JudgeConfig:
+    with FakeServer(judge_reply(questions)) as server:
+        cfg = JudgeConfig(base_url=server.base_url, judge_model="judge-x", retry=FAST,
+                          progress=False)
+        judge(hypotheses, TINY_LONGMEMEVAL, out, cfg, echo=lambda m: None)
+    return cfg
+
+
+def _edit_line(path: Path, n: int, fn) -> None:
+    ls = path.read_text().splitlines(keepends=True)
+    row = json.loads(ls[n])
+    fn(row)
+    ls[n] = json.dumps(row, ensure_ascii=False) + "\n"
+    path.write_text("".join(ls))
+
+
+def test_rows_record_the_prompt_and_reply_hashes(hypotheses: Path, questions: dict,
+                                                 tmp_path: Path) -> None:
+    from engram_eval.io import sha256_json
+    from engram_eval.qa.judge import ROW_FIELDS, judge_messages
+
+    out = tmp_path / "judged.jsonl"
+    _judged(hypotheses, questions, out)
+    hyps = {json.loads(x)["question_id"]: json.loads(x)["hypothesis"]
+            for x in hypotheses.read_text().splitlines()}
+    for line in out.read_text().splitlines():
+        row = json.loads(line)
+        assert list(row) == list(ROW_FIELDS)
+        q = questions[row["question_id"]]
+        assert row["prompt_sha256"] == sha256_json(judge_messages(q, hyps[q.question_id])[1])
+        assert row["reply_sha256"] == prompts.sha256_text(row["reply"])
+
+
+@pytest.mark.parametrize(("edit", "match"), [
+    (lambda r: r.__setitem__("reply", r["reply"] + " (edited)"), r"field 'reply': does not match its reply_sha256"),
+    (lambda r: r.__setitem__("label", not r["label"]), r"field 'label': (True|False); the "),
+    (lambda r: r.__setitem__("question_type", "forged-type"), r"field 'question_type'"),
+    (lambda r: r.__setitem__("prompt_sha256", "0" * 64), r"field 'prompt_sha256': the messages"),
+    (lambda r: r.__setitem__("extra", 1), r"field 'extra': not a field engram-eval writes"),
+    (lambda r: (r.pop("prompt_sha256"), r.pop("reply_sha256")),
+     r"field 'prompt_sha256': missing: .*start a new output"),
+])
+def test_resume_refuses_a_kept_judgement_whose_content_changed(
+        hypotheses: Path, questions: dict, tmp_path: Path, edit, match: str) -> None:
+    out = tmp_path / "judged.jsonl"
+    cfg = _judged(hypotheses, questions, out)
+    out.write_text("".join(out.read_text().splitlines(keepends=True)[:5]))  # interrupted
+    _edit_line(out, 3, edit)
+    before = out.read_bytes()
+    with pytest.raises(ProvenanceError, match=r"line 4 \(question '[^']+'\): " + match) as e:
+        judge(hypotheses, TINY_LONGMEMEVAL, out, cfg, resume=True, echo=lambda m: None)
+    assert str(out) in str(e.value) and out.read_bytes() == before
+
+
+def test_resume_keeps_untouched_judgements(hypotheses: Path, questions: dict,
+                                          tmp_path: Path) -> None:
+    out = tmp_path / "judged.jsonl"
+    with FakeServer(judge_reply(questions)) as server:  # one endpoint (its URL is recorded)
+        cfg = JudgeConfig(base_url=server.base_url, judge_model="judge-x", retry=FAST,
+                          progress=False)
+        judge(hypotheses, TINY_LONGMEMEVAL, out, cfg, echo=lambda m: None)
+        kept = out.read_text().splitlines(keepends=True)[:5]
+        out.write_text("".join(kept))
+        asked = len(server.seen)
+        got = judge(hypotheses, TINY_LONGMEMEVAL, out, cfg, resume=True, echo=lambda m: None)
+    assert got.n_written == 7 and len(server.seen) - asked == 7
+    assert out.read_text().splitlines(keepends=True)[:5] == kept
+
+
+def test_judge_refuses_a_hypothesis_edited_against_its_hash(hypotheses: Path,
+                                                            tmp_path: Path) -> None:
+    """Without its sidecar (so no rows hash to compare), a hypothesis row's own
+    hypothesis_sha256 still tells an edited text."""
+    hyp = tmp_path / "hyp.jsonl"
+    hyp.write_text(hypotheses.read_text())
+    _edit_line(hyp, 2, lambda r: r.__setitem__("hypothesis", "forged"))
+    with pytest.raises(ProvenanceError, match="field 'hypothesis' does not match its "
+                       "hypothesis_sha256"):
+        judge(hyp, TINY_LONGMEMEVAL, tmp_path / "j.jsonl",
+              JudgeConfig(base_url="http://127.0.0.1:9/v1", judge_model="j", progress=False),
+              echo=lambda m: None)

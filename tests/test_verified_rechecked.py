@@ -112,11 +112,23 @@ def _launder(result: Path) -> None:
 
 
 def _swap_top_two(row: dict) -> None:  # type: ignore[type-arg]
-    """Swap the first two sessions (scores left in place, so they still never increase)
-    and recompute the metrics: the row passes every per-row check."""
+    """Swap the first two sessions (scores left in place, so they still never increase),
+    their traces with them (each trace's final score set to its new rank's score), and
+    recompute the metrics: the row passes every per-row check."""
     ids = row["ranked_session_ids"]
     ids[0], ids[1] = ids[1], ids[0]
+    traces = row["trace"]["sessions"]
+    traces[0], traces[1] = traces[1], traces[0]
+    _trace_scores(row)
     _rescore(row)
+
+
+def _trace_scores(row: dict) -> None:  # type: ignore[type-arg]
+    """Each session trace's ``final_score`` set to the row's score at its rank, as a careful
+    forger would."""
+    for t, score in zip(row["trace"]["sessions"], row["scores"], strict=False):
+        if "final_score" in t:
+            t["final_score"] = score
 
 
 def _failed(rep: V.VerifyReport) -> dict[str, str]:
@@ -333,6 +345,7 @@ def test_rerun_catches_a_laundered_score_and_ranking(bm25_run: Path) -> None:
     name = V.rerun_name(N_QUESTIONS, 3)
     rows = _rows(bm25_run)
     rows[5]["scores"][1] = rows[5]["scores"][1] * (1 - 1e-3)  # order kept
+    _trace_scores(rows[5])
     _write_rows(bm25_run, rows)
     _launder(bm25_run)
     assert V.verify(bm25_run, FIXTURE).verified  # re-reading cannot tell

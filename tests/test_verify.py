@@ -54,7 +54,8 @@ def test_good_run_verifies(result: Path) -> None:
     assert rep.ok and rep.verified, rep.format()
     names = [n for n, _, _ in rep.checks]
     assert names == ["sidecar schema", "fingerprint", ROWS, ROWS_HASH, "dataset sha256", GOLD,
-                     METRICS, verification.SCORES, SUMMARY, SOURCES]
+                     verification.FIELDS, METRICS, verification.SCORES, verification.TRACE,
+                     SUMMARY, SOURCES]
     assert "FAIL" not in rep.format() and "not checked" not in rep.format()
     assert rep.verdict() == "VERIFIED" and rep.exit_code == 0
 
@@ -334,3 +335,266 @@ def test_edited_summary_header(result: Path, key: str, value: object) -> None:
     edit_json(summary_path(result), lambda s: s.__setitem__(key, value))
     bad = failed(verification.verify(result, FIXTURE))
     assert list(bad) == [SUMMARY] and key in bad[SUMMARY]
+
+
+# --------------------------------------------------------------------------- issue 28, item 3
+# Every row field that derives from the dataset or the run is re-derived and compared, and a
+# key no writer of the package produces is refused, in rows, summaries and sidecars.
+FIELDS = verification.FIELDS
+TRACE = verification.TRACE
+
+
+def rewrite_row(out: Path, qid: str, fn) -> None:
+    """Apply ``fn`` to the row of ``qid`` (the rows hash then fails too: a forger who also
+    rewrites the hashes is what the checks below catch)."""
+    ls = lines(out)
+    for n, raw in enumerate(ls):
+        row = json.loads(raw)
+        if row["question_id"] == qid:
+            fn(row)
+            ls[n] = (json.dumps(row, ensure_ascii=False) + "\n").encode()
+    out.write_bytes(b"".join(ls))
+
+
+@pytest.fixture(scope="module")
+def hybrid_pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run of the hybrid pipeline (lexical signals only, no model): full traces, one
+    question (lme_t08) with a time window, one (lme_t09) with a repeated haystack entry."""
+    from engram_eval.runs.config import RunConfig
+
+    out = tmp_path_factory.mktemp("hybrid") / "bm25.jsonl"
+    runner.run(RunConfig(retriever="bm25", rerank=False, progress=False), FIXTURE, out,
+               echo=lambda m: None)
+    return out
+
+
+@pytest.fixture
+def hybrid(hybrid_pristine: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    out = tmp_path / "bm25.jsonl"
+    for src, dst in ((hybrid_pristine, out), (sidecar_path(hybrid_pristine), sidecar_path(out)),
+                     (summary_path(hybrid_pristine), summary_path(out))):
+        shutil.copyfile(src, dst)
+    return out
+
+
+def test_a_good_hybrid_run_verifies_with_its_traces(hybrid: Path) -> None:
+    rep = verification.verify(hybrid, FIXTURE)
+    assert rep.verified, rep.format()
+    assert checks(rep)[TRACE] == (True, "")
+    assert checks(verification.verify(hybrid))[TRACE][0]  # without the dataset too
+
+
+@pytest.mark.parametrize(("field", "value", "needs_dataset"), [
+    ("question_type", "multi-session", True),
+    ("question_date", "2020/01/01 (Wed) 00:00", True),
+    ("n_sessions", 11, False),
+])
+def test_a_row_field_the_dataset_gives_is_compared(result: Path, field: str, value: object,
+                                                   needs_dataset: bool) -> None:
+    rewrite_row(result, "lme_t02", lambda r: r.__setitem__(field, value))
+    bad = failed(verification.verify(result, FIXTURE))
+    assert FIELDS in bad, bad
+    assert str(result) in bad[FIELDS] and "question 'lme_t02'" in bad[FIELDS]
+    assert f"field {field!r}" in bad[FIELDS]
+    assert (FIELDS in failed(verification.verify(result))) is not needs_dataset
+
+
+@pytest.mark.parametrize(("edit", "named"), [
+    (lambda r: r.__setitem__("verified_by", "me"), "'verified_by'"),
+    (lambda r: r["trace"].__setitem__("note", 1), "'trace.note'"),
+    (lambda r: r["timing"].__setitem__("cpu", 1.0), "'timing.cpu'"),
+    (lambda r: r.pop("question_date"), "'question_date': missing"),
+    (lambda r: (r["gold"].__setitem__("locomo", []), r["metrics"].__setitem__("locomo", None)),
+     "field 'gold': keyed by"),
+    (lambda r: r.__setitem__("timing", {"seconds": -1}), "'timing'"),
+])
+def test_unknown_or_missing_row_keys_are_refused(result: Path, edit, named: str) -> None:
+    rewrite_row(result, "lme_t05", edit)
+    for rep in (verification.verify(result, FIXTURE), verification.verify(result)):
+        bad = failed(rep)
+        assert FIELDS in bad and named in bad[FIELDS] and "lme_t05" in bad[FIELDS], rep.format()
+
+
+def test_unknown_summary_key_is_refused(result: Path) -> None:
+    edit_json(summary_path(result), lambda s: s.__setitem__("verified", True))
+    bad = failed(verification.verify(result, FIXTURE))
+    assert list(bad) == [SUMMARY] and "summary field 'verified'" in bad[SUMMARY]
+
+
+def test_summary_frozen_source_must_be_the_sidecars(result: Path) -> None:
+    edit_json(summary_path(result), lambda s: s.__setitem__("frozen_source", {"label": "x"}))
+    bad = failed(verification.verify(result, FIXTURE))
+    assert list(bad) == [SUMMARY] and "frozen_source" in bad[SUMMARY]
+
+
+@pytest.mark.parametrize(("edit", "named", "fingerprinted"), [
+    (lambda m: m.__setitem__("audited_by", "x"), "'audited_by'", False),
+    (lambda m: m["dataset"].__setitem__("url", "x"), "'dataset.url'", False),
+    (lambda m: m["selection"].__setitem__("note", "x"), "'selection.note'", True),
+    (lambda m: m["environment"].__setitem__("gpu", "x"), "'environment.gpu'", False),
+    (lambda m: m["runs"][0].__setitem__("approved", True), "'runs[0].approved'", False),
+    (lambda m: m["config_recorded"].__setitem__("secret_mode", 1),
+     "'config_recorded.secret_mode'", False),
+    (lambda m: m["packages"].__setitem__("left-pad", "1.0"), "'packages.left-pad'", True),
+    (lambda m: m["models"].append({"role": "x", "name": "x", "source": "x", "revision": "x",
+                                   "files_sha256": {}, "sha256": "0" * 64, "licence": "x"}),
+     "'models[0].licence'", True),
+    (lambda m: m.__setitem__("fingerprint_fields", ["dataset"]), "'fingerprint_fields'", False),
+])
+def test_unknown_sidecar_keys_are_refused(result: Path, edit, named: str,
+                                          fingerprinted: bool) -> None:
+    edit_json(sidecar_path(result), edit)
+    rep = verification.verify(result, FIXTURE)
+    bad = failed(rep)
+    assert "sidecar schema" in bad and named in bad["sidecar schema"], rep.format()
+    assert str(sidecar_path(result)) in bad["sidecar schema"]
+    # outside the fingerprint only the allow-list can tell
+    assert ("fingerprint" in bad) is fingerprinted
+
+
+def swap_corpus_index(traces: list[dict]) -> None:
+    """The first two traces claim each other's haystack position."""
+    a, b = traces[0]["corpus_index"], traces[1]["corpus_index"]
+    traces[0]["corpus_index"], traces[1]["corpus_index"] = b, a
+
+
+@pytest.mark.parametrize(("qid", "edit", "named", "needs_dataset"), [
+    ("lme_t08", lambda r: r["trace"]["question"].update(temporal_status="no_expression",
+                                                        time_window=None),
+     "trace.question.temporal_status", True),
+    ("lme_t01", lambda r: r["trace"]["question"].__setitem__("chat_roles", False),
+     "trace.question.chat_roles", True),
+    ("lme_t03", lambda r: swap_corpus_index(r["trace"]["sessions"]),
+     "trace.sessions[0].corpus_index", True),
+    ("lme_t04", lambda r: r["trace"]["sessions"][2].__setitem__("final_score", 99.0),
+     "trace.sessions[2].final_score", False),
+    ("lme_t04", lambda r: r["trace"].__setitem__("sessions", r["trace"]["sessions"][:3]),
+     "'trace.sessions': 3 traces", False),
+    ("lme_t06", lambda r: r["trace"]["sessions"][0].__setitem__("fused_rank", 0),
+     "trace.sessions[0].fused_rank", False),
+    ("lme_t06", lambda r: r["trace"]["sessions"][1].__setitem__("reranked", True),
+     "trace.sessions[1].reranked", False),
+    ("lme_t06", lambda r: r["trace"]["sessions"][0].__setitem__("temporal", 1.25),
+     "trace.sessions[0].temporal", False),
+])
+def test_forged_traces_are_caught(hybrid: Path, qid: str, edit, named: str,
+                                  needs_dataset: bool) -> None:
+    rewrite_row(hybrid, qid, edit)
+    rep = verification.verify(hybrid, FIXTURE)
+    bad = failed(rep)
+    assert TRACE in bad and named in bad[TRACE] and f"question {qid!r}" in bad[TRACE], \
+        rep.format()
+    assert str(hybrid) in bad[TRACE]
+    assert (TRACE in failed(verification.verify(hybrid))) is not needs_dataset
+
+
+def test_a_flipped_in_window_is_caught_even_with_a_consistent_multiplier(hybrid: Path) -> None:
+    def flip(r: dict) -> None:
+        t = next(t for t in r["trace"]["sessions"] if t["in_window"] is False)
+        t["in_window"], t["temporal"] = True, r["trace"]["question"]["temporal_boost"]
+
+    rewrite_row(hybrid, "lme_t08", flip)
+    bad = failed(verification.verify(hybrid, FIXTURE))
+    assert TRACE in bad and ".in_window': True; the session's date" in bad[TRACE]
+
+
+def test_replaced_question_texts_are_applied_or_the_window_is_not_rederived(
+        tmp_path: Path) -> None:
+    """A run that replaced question texts: its time windows come from the file's texts, so
+    verify re-derives them only with that file (and says so without it)."""
+    from engram_eval.runs.config import RunConfig
+
+    zh = ROOT / "fixtures" / "longmemeval_tiny.questions_zh.jsonl"
+    out = tmp_path / "zh.jsonl"
+    runner.run(RunConfig(retriever="bm25", rerank=False, progress=False, questions=str(zh)),
+               FIXTURE, out, echo=lambda m: None)
+    assert verification.verify(out, FIXTURE, questions_file=zh).verified
+    rep = verification.verify(out, FIXTURE)
+    assert rep.verified and "time windows not re-derived" in checks(rep)[TRACE][1]
+
+
+def test_resume_refuses_a_kept_row_with_a_forged_trace(hybrid: Path) -> None:
+    from engram_eval.errors import ProvenanceError
+    from engram_eval.runs.config import RunConfig
+
+    rewrite_row(hybrid, "lme_t02", lambda r: r["trace"]["sessions"][0].__setitem__(
+        "final_score", 42.0))
+    hybrid.write_bytes(b"".join(lines(hybrid)[:4]))  # an interrupted run
+    before = hybrid.read_bytes()
+    with pytest.raises(ProvenanceError, match=r"line 2 \(question 'lme_t02'\) fails the check "
+                       r"'traces agree.*field 'trace.sessions\[0\].final_score'"):
+        runner.run(RunConfig(retriever="bm25", rerank=False, progress=False), FIXTURE, hybrid,
+                   resume=True, echo=lambda m: None)
+    assert hybrid.read_bytes() == before
+
+
+def test_resume_refuses_an_unknown_sidecar_key(hybrid: Path) -> None:
+    from engram_eval.errors import ProvenanceError
+    from engram_eval.runs.config import RunConfig
+
+    edit_json(sidecar_path(hybrid), lambda m: m.__setitem__("approved", True))
+    hybrid.write_bytes(b"".join(lines(hybrid)[:4]))
+    with pytest.raises(ProvenanceError, match="field 'approved' is not one engram-eval writes"):
+        runner.run(RunConfig(retriever="bm25", rerank=False, progress=False), FIXTURE, hybrid,
+                   resume=True, echo=lambda m: None)
+
+
+def test_every_key_the_writers_produce_is_in_the_allow_lists(tmp_path: Path) -> None:
+    """Fresh, resumed, sharded and merged runs and a run with replaced question texts: every
+    row, summary and sidecar key is in its writer's allow-list, and every row field listed is
+    written (the list holds nothing stale)."""
+    from engram_eval.provenance import sidecar as S
+    from engram_eval.runs import known_fields as K
+    from engram_eval.runs.config import RunConfig
+    from engram_eval.runs.merge import merge
+    from engram_eval.runs.rows import ROW_FIELDS, TIMING_FIELDS, TRACE_FIELDS
+    from engram_eval.scoring.summary import SUMMARY_FIELDS
+
+    def cfg(**kw: object) -> RunConfig:
+        return RunConfig(retriever="bm25", rerank=False, progress=False, **kw)  # type: ignore[arg-type]
+
+    zh = ROOT / "fixtures" / "longmemeval_tiny.questions_zh.jsonl"
+    outs = []
+    for name, kw in (("fresh", {}), ("zh", {"questions": str(zh)}),
+                     ("s0", {"shard": "0/2"}), ("s1", {"shard": "1/2"})):
+        out = tmp_path / f"{name}.jsonl"
+        runner.run(cfg(**kw), FIXTURE, out, echo=lambda m: None)
+        outs.append(out)
+    resumed = tmp_path / "resumed.jsonl"
+    runner.run(cfg(), FIXTURE, resumed, echo=lambda m: None)
+    resumed.write_bytes(b"".join(lines(resumed)[:5]))
+    runner.run(cfg(), FIXTURE, resumed, resume=True, echo=lambda m: None)
+    merged = tmp_path / "merged.jsonl"
+    merge(outs[2:], merged, dataset=FIXTURE)
+    row_keys: set[str] = set()
+    for out in [*outs, resumed, merged]:
+        meta = json.loads(sidecar_path(out).read_text())
+        summary = json.loads(summary_path(out).read_text())
+        assert K.sidecar_problems(meta) == [], out
+        assert K.summary_unknown_fields(summary) == [] and set(summary) <= set(SUMMARY_FIELDS)
+        for raw in lines(out):
+            row = json.loads(raw)
+            assert K.row_unknown_fields(row) == [], (out, row["question_id"])
+            assert set(row["trace"]) == set(TRACE_FIELDS)
+            assert set(row["timing"]) == set(TIMING_FIELDS)
+            row_keys |= set(row)
+        questions_file = zh if out.name == "zh.jsonl" else None
+        assert verification.verify(out, FIXTURE, questions_file=questions_file).verified, out
+    assert row_keys == set(ROW_FIELDS)
+    assert set(S.environment()) == set(S.ENVIRONMENT_FIELDS)
+    assert set(S.package_versions()) == set(S.PACKAGES)
+    assert {k for out in (resumed, merged) for e in json.loads(
+        sidecar_path(out).read_text())["runs"] for k in e} <= set(S.RUN_ENTRY_FIELDS)
+
+
+def test_the_window_verify_derives_is_the_one_the_pipeline_traces() -> None:
+    from engram_eval.retrieval.pipeline import window_trace
+    from engram_eval.retrieval.temporal import safe_time_window
+    from engram_eval.runs import row_checks
+
+    for text in ("What did I buy 3 weeks ago?", "Where was I last Saturday?", "Any plans?"):
+        window, _ = safe_time_window(text, "2023/06/10 (Sat) 10:00")
+        assert row_checks.window_trace(window) == window_trace(window)
+    assert safe_time_window("What did I buy 3 weeks ago?", "2023/06/10 (Sat) 10:00")[0]

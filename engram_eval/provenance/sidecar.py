@@ -45,6 +45,8 @@ from engram_eval.io import (
     make_parent,
     package_root,
     read_regular_text,
+    refuse_links,
+    remove_contained,
     sha256_file,
     sha256_json,
     storage_errors,
@@ -56,6 +58,31 @@ FINGERPRINT_FIELDS = ("schema_version", "dataset", "dataset_format", "retriever"
                       "protocols", "selection", "sources", "models", "packages")
 PACKAGES = ("engram-eval", "torch", "sentence-transformers", "faiss-cpu", "FlagEmbedding",
             "rank-bm25", "numpy", "transformers", "tokenizers", "jsonschema")
+
+# Allow-lists: every key a run's sidecar may hold, by section. ``verify`` and ``--resume``
+# refuse any other key (:mod:`engram_eval.runs.known_fields`); the writers are
+# :func:`build_metadata` and the few places named below, and tests/test_verify.py checks that
+# everything they write is listed here.
+#: Top level: what :func:`build_metadata` writes, plus ``frozen_source`` (the runner, for a
+#: run under a frozen manifest).
+SIDECAR_FIELDS = ("schema_version", "kind", "dataset", "dataset_format", "retriever",
+                  "config", "config_recorded", "confidence_filter", "protocols", "selection",
+                  "sources", "models", "packages", "environment", "created_at",
+                  "fingerprint_fields", "runs", "fingerprint", "frozen_source")
+DATASET_FIELDS = ("path", "name", "size", "sha256")
+#: ``selection``: :func:`build_metadata`'s, plus ``shard`` (``--shard``,
+#: :mod:`engram_eval.runs.shard`) and ``questions`` (``--questions FILE``, the runner).
+SELECTION_FIELDS = ("question_ids", "limit", "n", "ids", "shard", "questions")
+#: :func:`environment`.
+ENVIRONMENT_FIELDS = ("python", "implementation", "platform", "machine", "processor",
+                      "cpu_count", "hostname")
+#: An entry of ``runs`` (:func:`record_run`): a fresh run or a resume (the runner, with its
+#: executor's ``describe()``: ``executor``, and for Ray ``workers`` and ``ray_address``) or a
+#: merge (``shards``).
+RUN_ENTRY_FIELDS = ("mode", "host", "command", "started_at", "finished_at", "wall_seconds",
+                    "questions_written", "repaired_torn_line", "use_cache", "cache_dir",
+                    "model_stats", "executor", "workers", "ray_address", "shards",
+                    "rows_sha256")
 
 
 def source_hashes(modules: Sequence[str], root: str | Path | None = None) -> dict[str, str]:
@@ -250,8 +277,9 @@ def compare_for_resume(old: Mapping[str, Any], new: Mapping[str, Any], path: str
 
 
 def claim_output(output: str | Path, meta: Mapping[str, Any]) -> None:
-    """Fresh run: refuse any existing result, sidecar or summary; claim the result file with
-    exclusive creation, then create the sidecar exclusively."""
+    """Fresh run: refuse any existing result, sidecar or summary, and a symbolic link at any
+    of them (dangling or not: :func:`engram_eval.io.refuse_links`); claim the result file
+    with exclusive creation, then create the sidecar exclusively."""
     out = Path(output)
     side = sidecar_path(out)
     summ = summary_path(out)
@@ -261,6 +289,7 @@ def claim_output(output: str | Path, meta: Mapping[str, Any]) -> None:
     with storage_errors(out, "create", cls=StorageError):
         check_name_lengths((out, side, summ), hint="choose a shorter output name (the sidecar "
                            "adds '.metadata.json' to it)")
+    refuse_links(out, side, summ)
     for p in (side, summ):
         if p.exists():
             raise ProvenanceError(f"{p} already exists; refusing to overwrite ({hint})")
@@ -276,10 +305,10 @@ def claim_output(output: str | Path, meta: Mapping[str, Any]) -> None:
         with storage_errors(side, "create", cls=StorageError):
             exclusive_write(side, json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
     except FileExistsError:
-        os.unlink(out)  # we created it empty a moment ago
+        remove_contained(out, out.parent, recursive=False)  # ours: created empty just now
         raise ProvenanceError(f"{side} already exists; refusing to overwrite ({hint})") from None
     except BaseException:
-        os.unlink(out)
+        remove_contained(out, out.parent, recursive=False)
         raise
 
 

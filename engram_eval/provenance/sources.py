@@ -153,6 +153,12 @@ NOT_HASHED: dict[str, str] = {
     "engram_eval/runs/verify.py":
         "re-checks rows already written (resume keeps a row only if it passes; merge refuses a "
         "shard that fails); it accepts or refuses and never changes a row, ranking or metric",
+    "engram_eval/runs/known_fields.py":
+        "compares the keys of a run's rows, summary and sidecar with the writers' allow-lists "
+        "(resume, merge, verify); it accepts or refuses and never writes a row or a metric",
+    "engram_eval/runs/row_checks.py":
+        "re-derives a kept or published row's fields and traces from the dataset and compares "
+        "them (resume, merge, verify); it accepts or refuses and never changes a row",
     "engram_eval/schemas/sidecar.schema.json":
         "validates a sidecar's metadata when it is read back (resume, merge, verify); it "
         "accepts or refuses metadata and never touches rows, rankings or metrics",

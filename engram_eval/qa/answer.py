@@ -1,7 +1,11 @@
 """``answer``: send every context row's messages to a chat endpoint, write LongMemEval's
-hypothesis contract — one ``{"question_id", "hypothesis"}`` per line — with the run
-discipline of :mod:`engram_eval.qa.files` (refuse overwrite, verified resume, torn-line
-repair) and bounded concurrency (``concurrency`` requests in flight, one writer).
+hypothesis contract — ``{"question_id", "hypothesis"}`` per line, plus two content hashes
+(:data:`ROW_FIELDS`: ``prompt_sha256`` of the messages sent, ``hypothesis_sha256`` of the
+text written; LongMemEval's evaluator reads the first two keys and ignores the rest) — with
+the run discipline of :mod:`engram_eval.qa.files` (refuse overwrite, verified resume,
+torn-line repair) and bounded concurrency (``concurrency`` requests in flight, one writer).
+``--resume`` keeps a row only when both hashes hold: the text is the one written, the prompt
+is this question's in the context export (:func:`kept_row_problem`).
 
 Rows are appended as answers arrive (so an interruption loses at most the requests in
 flight); a resumed run asks only for the questions without a row. The sidecar records the
@@ -13,26 +17,28 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engram_eval.errors import ConfigError, ProvenanceError
+from engram_eval.errors import ConfigError
+from engram_eval.io import sha256_json
 from engram_eval.provenance.sidecar import environment, package_versions, source_hashes
 from engram_eval.provenance.sources import QA_ANSWER_SOURCES
 from engram_eval.qa.client import ChatClient, ChatSettings, RetryPolicy, run_bounded
 from engram_eval.qa.context import read_context
 from engram_eval.qa.files import finish, open_output
+from engram_eval.qa.prompts import sha256_text
 from engram_eval.runs.rows import RowWriter
 
 KIND = "engram-eval/answers"
 SCHEMA_VERSION = 1
 FINGERPRINT_FIELDS = ("schema_version", "kind", "context", "endpoint", "chat", "sources",
                       "selection")
-#: The hypothesis contract: exactly these fields per line.
-ROW_FIELDS = ("question_id", "hypothesis")
+#: Exactly these fields per line: the hypothesis contract, then the content hashes.
+ROW_FIELDS = ("question_id", "hypothesis", "prompt_sha256", "hypothesis_sha256")
 
 
 @dataclass(frozen=True)
@@ -72,10 +78,31 @@ class AnswerOutcome:
     counters: dict[str, Any]
 
 
-def check_hypothesis_row(row: dict[str, Any]) -> None:
-    if set(row) != set(ROW_FIELDS) or not isinstance(row["hypothesis"], str):
-        raise ProvenanceError(f"row {row.get('question_id')!r}: a hypothesis row is exactly "
-                              "{'question_id', 'hypothesis': str}")
+def hypothesis_row(question_id: str, messages: Any, hypothesis: str) -> dict[str, Any]:
+    """One line of the file (:data:`ROW_FIELDS`)."""
+    return {"question_id": question_id, "hypothesis": hypothesis,
+            "prompt_sha256": sha256_json(messages), "hypothesis_sha256": sha256_text(hypothesis)}
+
+
+def kept_row_problem(row: Mapping[str, Any],
+                     context: Mapping[str, Mapping[str, Any]]) -> tuple[str, str] | None:
+    """``--resume``: ``(field, what)`` when a kept row's content no longer matches its
+    record (:data:`engram_eval.qa.files.RowCheck`): its hypothesis against its
+    ``hypothesis_sha256``, its ``prompt_sha256`` against the messages of its question in the
+    context export (``context``: rows by question id)."""
+    hyp = row["hypothesis"]
+    if not isinstance(hyp, str):
+        return "hypothesis", "not a string"
+    if row["hypothesis_sha256"] != sha256_text(hyp):
+        return "hypothesis", ("does not match its hypothesis_sha256 (the text was changed "
+                              "after it was written)")
+    ctx = context.get(row["question_id"])
+    if ctx is None:
+        return "question_id", "no row of the context export has it"
+    if row["prompt_sha256"] != sha256_json(ctx["messages"]):
+        return "prompt_sha256", ("not the sha256 of this question's messages in the context "
+                                 "export (the row answers another prompt)")
+    return None
 
 
 def answer(context: str | Path, output: str | Path, config: AnswerConfig, *,
@@ -112,8 +139,9 @@ def answer(context: str | Path, output: str | Path, config: AnswerConfig, *,
         "fingerprint_fields": list(FINGERPRINT_FIELDS),
         "runs": [],
     }
+    by_id = {r["question_id"]: r for r in rows}
     opened = open_output(out, meta, resume=resume, allowed_ids=ids, required=ROW_FIELDS,
-                         check_row=check_hypothesis_row, echo=echo)
+                         check_row=lambda row: kept_row_problem(row, by_id), echo=echo)
     todo = [r for r in rows if r["question_id"] not in opened.done]
     written = 0
     finished = False
@@ -123,7 +151,8 @@ def answer(context: str | Path, output: str | Path, config: AnswerConfig, *,
 
             def write(result: tuple[str, str]) -> None:
                 nonlocal written
-                writer.write({"question_id": result[0], "hypothesis": result[1]})
+                qid, text = result
+                writer.write(hypothesis_row(qid, by_id[qid]["messages"], text))
                 written += 1
                 progress.update(1)
 

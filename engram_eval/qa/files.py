@@ -4,9 +4,12 @@ A fresh run claims its JSONL output and sidecar with exclusive creation
 (:func:`engram_eval.provenance.sidecar.claim_output`); rows are appended one durable line at a
 time (:class:`engram_eval.runs.rows.RowWriter`) under an exclusive lock
 (:class:`~engram_eval.runs.rows.OutputLock`). ``--resume`` rebuilds the metadata, refuses any
-difference in its defining fields (naming them), re-reads every row strictly
-(:func:`~engram_eval.runs.rows.scan_rows`: malformed rows, duplicate or unexpected ids are
-refused) and repairs only a torn last line, saying so.
+difference in its defining fields (naming them) and any sidecar key this version does not
+write, re-reads every row strictly (:func:`~engram_eval.runs.rows.scan_rows`: malformed rows,
+duplicate or unexpected ids are refused), holds every kept row to exactly its writer's fields
+and to the caller's content check (a row whose content no longer matches its recorded hashes,
+or what the inputs give, is refused naming the file, line, question and field), and repairs
+only a torn last line, saying so.
 """
 
 from __future__ import annotations
@@ -24,6 +27,33 @@ from engram_eval.errors import ConfigError, ProvenanceError
 from engram_eval.io import read_regular_text, sha256_json
 from engram_eval.provenance.sidecar import claim_output, diff, record_run, sidecar_path
 from engram_eval.runs.rows import OutputLock, RowScan, is_compressed, scan_rows, truncate_torn_tail
+
+#: ``check_row(row)`` on resume: ``None`` for a row that may be kept, else ``(field, what is
+#: wrong)``. The row already holds exactly the writer's fields.
+RowCheck = Callable[[Mapping[str, Any]], "tuple[str, str] | None"]
+#: Why a kept row lacks a field its writer always writes.
+OLD_ROW = ("missing: rows written before engram-eval recorded content hashes lack it, and "
+           "an edit to them cannot be detected; such a file cannot be resumed, start a new "
+           "output (another --output name)")
+
+
+def row_refusal(path: str | Path, line: int, qid: Any, field: str, what: str
+                ) -> ProvenanceError:
+    """The one error of a kept row that may not be kept: file, line, question and field."""
+    return ProvenanceError(f"{path}: line {line} (question {qid!r}): field {field!r}: {what}. "
+                           "Refusing to resume; nothing was written")
+
+
+def row_key_problem(row: Mapping[str, Any], fields: Sequence[str]) -> tuple[str, str] | None:
+    """``(field, what)`` for the first field of ``fields`` the row lacks, or the first key
+    it holds beyond them; ``None`` when its keys are exactly ``fields``."""
+    for f in fields:
+        if f not in row:
+            return f, OLD_ROW
+    for k in row:
+        if k not in fields:
+            return str(k), "not a field engram-eval writes in this file"
+    return None
 
 
 def fingerprint_view(meta: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
@@ -67,11 +97,11 @@ class Opened:
 
 
 def open_output(output: str | Path, meta: dict[str, Any], *, resume: bool,
-                allowed_ids: Iterable[str], required: Sequence[str],
-                check_row: Callable[[dict[str, Any]], None],
+                allowed_ids: Iterable[str], required: Sequence[str], check_row: RowCheck,
                 echo: Callable[[str], None]) -> Opened:
     """Claim ``output`` with ``meta`` (which holds ``fingerprint_fields``), or verify a resume
-    against the recorded sidecar; see the module docstring."""
+    against the recorded sidecar; see the module docstring. ``required``: exactly the fields
+    of a row; ``check_row``: the content check of each kept row (:data:`RowCheck`)."""
     out = Path(output)
     if out.name.endswith(".gz"):
         raise ConfigError(f"--output {out}: written uncompressed (gzip it afterwards)")
@@ -97,9 +127,16 @@ def open_output(output: str | Path, meta: dict[str, Any], *, resume: bool,
         if old.get("fingerprint") != fingerprint(old, old.get("fingerprint_fields", fields)):
             raise ProvenanceError(f"{sidecar_path(out)}: the recorded fingerprint does not "
                                   "match the recorded fields (the sidecar was edited)")
-        scan = scan_rows(out, allowed_ids=allowed_ids, required=required)
-        for row in scan.rows:
-            check_row(row)
+        unknown = [k for k in old if k not in meta]  # meta: every key this version writes
+        if unknown:
+            raise ProvenanceError(f"{sidecar_path(out)}: field {unknown[0]!r} is not one "
+                                  "engram-eval writes in this sidecar; refusing to resume, "
+                                  "nothing was written")
+        scan = scan_rows(out, allowed_ids=allowed_ids, required=("question_id",))
+        for line, row in enumerate(scan.rows, start=1):
+            bad = row_key_problem(row, required) or check_row(row)
+            if bad is not None:
+                raise row_refusal(out, line, row["question_id"], *bad)
         repaired = False
         if scan.torn_bytes:
             truncate_torn_tail(out, scan.torn_bytes)

@@ -9,14 +9,20 @@ of :mod:`engram_eval.qa.files`; the sidecar records the judge model, the endpoin
 and the sha256 of every prompt template. At the end ``<output>.report.json`` holds the
 report of :mod:`engram_eval.qa.report`, split by retrieval evidence when the hypotheses'
 context export can be found (its sidecar names it; ``--context`` overrides) and verified.
+
+Each row records ``prompt_sha256`` (the messages sent: the question, its gold answer, the
+template and the hypothesis) and ``reply_sha256``; ``--resume`` keeps a row only when every
+field re-derives from the dataset, the hypotheses and its reply (:func:`kept_row_problem`).
+A hypothesis row that records ``hypothesis_sha256`` (written by ``answer``) must match it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +31,7 @@ from typing import Any
 from engram_eval.data.datasets import open_source
 from engram_eval.data.records import Question
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
-from engram_eval.io import atomic_write, dump_json, input_problem, sha256_file
+from engram_eval.io import atomic_write, dump_json, input_problem, sha256_file, sha256_json
 from engram_eval.provenance.sidecar import environment, sidecar_path, source_hashes
 from engram_eval.provenance.sources import QA_JUDGE_SOURCES
 from engram_eval.qa import prompts
@@ -39,7 +45,7 @@ SCHEMA_VERSION = 1
 FINGERPRINT_FIELDS = ("schema_version", "kind", "hypotheses", "dataset", "judge", "endpoint",
                       "templates_sha256", "sources", "selection")
 ROW_FIELDS = ("question_id", "question_type", "abstention", "template", "judge_model",
-              "label", "reply")
+              "label", "reply", "prompt_sha256", "reply_sha256")
 LABEL_RULE = "'yes' in reply.lower()"
 
 
@@ -89,6 +95,11 @@ def read_hypotheses(path: str | Path) -> tuple[list[dict[str, Any]], str, dict[s
         if not isinstance(r["hypothesis"], str):
             raise ProvenanceError(f"{path}: question {r['question_id']!r}: 'hypothesis' is "
                                   "not a string")
+        if "hypothesis_sha256" in r and r["hypothesis_sha256"] != prompts.sha256_text(
+                r["hypothesis"]):
+            raise ProvenanceError(f"{path}: question {r['question_id']!r}: field "
+                                  "'hypothesis' does not match its hypothesis_sha256 (the "
+                                  "text was changed after it was written)")
     side = sidecar_path(path)
     meta = json.loads(side.read_text(encoding="utf-8")) if side.exists() else None
     if meta is not None:
@@ -188,10 +199,15 @@ def judge(hypotheses: str | Path, dataset: str | Path, output: str | Path | None
         "runs": [],
     }
 
-    def check_row(row: dict[str, Any]) -> None:
-        if row["judge_model"] != config.judge_model or not isinstance(row["label"], bool):
-            raise ProvenanceError(f"{out}: row {row['question_id']!r} is not a judgement by "
-                                  f"{config.judge_model!r}")
+    # the questions of the rows a resume keeps, without their haystacks
+    asked = ({q.question_id: dataclasses.replace(q, sessions=())
+              for q in source.iter_questions(ids)} if resume else {})
+
+    def check_row(row: Mapping[str, Any]) -> tuple[str, str] | None:
+        q = asked.get(row["question_id"])
+        if q is None:
+            return "question_id", f"not a question of {ds.name} with a hypothesis in {hyp.name}"
+        return kept_row_problem(row, q, hyp_by_id[q.question_id], config.judge_model)
 
     if not resume and report_path(out).exists():
         raise ProvenanceError(f"{report_path(out)} already exists; refusing to overwrite")
@@ -235,10 +251,42 @@ def report_path(output: str | Path) -> Path:
     return Path(str(output) + ".report.json")
 
 
-def _judge_one(client: ChatClient, q: Question, hypothesis: str) -> dict[str, Any]:
+def judgement_row(q: Question, hypothesis: str, judge_model: str, reply: str
+                  ) -> dict[str, Any]:
+    """One line of the file (:data:`ROW_FIELDS`): everything but ``reply`` follows from the
+    question, the hypothesis, the judge model and the reply."""
     name, messages = judge_messages(q, hypothesis)
-    reply = client.complete(messages, what=f"question {q.question_id}")
     return {"question_id": q.question_id, "question_type": q.question_type,
             "abstention": prompts.is_abstention(q.question_id), "template": name,
-            "judge_model": client.settings.model, "label": label_of(reply.text),
-            "reply": reply.text}
+            "judge_model": judge_model, "label": label_of(reply), "reply": reply,
+            "prompt_sha256": sha256_json(messages), "reply_sha256": prompts.sha256_text(reply)}
+
+
+def kept_row_problem(row: Mapping[str, Any], q: Question, hypothesis: str,
+                     judge_model: str) -> tuple[str, str] | None:
+    """``--resume``: ``(field, what)`` for the first field of a kept row that differs from
+    what :func:`judgement_row` gives for its question, hypothesis, judge model and reply
+    (the reply itself against its ``reply_sha256``); ``None`` when the row may be kept."""
+    reply = row["reply"]
+    if not isinstance(reply, str):
+        return "reply", "not a string"
+    if row["reply_sha256"] != prompts.sha256_text(reply):
+        return "reply", "does not match its reply_sha256 (changed after it was written)"
+    try:
+        want = judgement_row(q, hypothesis, judge_model, reply)
+    except ValueError as e:  # no judge prompt for the question's type
+        return "template", str(e)
+    for field in ROW_FIELDS:
+        if row[field] != want[field] or type(row[field]) is not type(want[field]):
+            why = ("the messages differ from those the question, its hypothesis and the "
+                   "template give" if field == "prompt_sha256" else
+                   f"{row[field]!r}; the dataset, the hypotheses and the reply give "
+                   f"{want[field]!r}")
+            return field, why
+    return None
+
+
+def _judge_one(client: ChatClient, q: Question, hypothesis: str) -> dict[str, Any]:
+    _, messages = judge_messages(q, hypothesis)
+    reply = client.complete(messages, what=f"question {q.question_id}")
+    return judgement_row(q, hypothesis, client.settings.model, reply.text)

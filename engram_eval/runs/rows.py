@@ -32,6 +32,18 @@ RESUME_HINT = ("the rows written so far are kept; free space (or fix the file sy
                "continue with --resume")
 
 REQUIRED_FIELDS = ("question_id", "question_type", "ranked_session_ids", "scores", "metrics")
+#: Every field :func:`make_row` writes, in its order: the allow-list ``verify`` and
+#: ``--resume`` hold each row to (a key outside it was not written by the package).
+#: ``haystack_entries`` is the only one a row may lack (written only for a haystack that
+#: lists a session id more than once).
+ROW_FIELDS = ("question_id", "question_type", "question_date", "n_sessions",
+              "ranked_session_ids", "scores", "gold", "metrics", "haystack_entries", "trace",
+              "timing")
+OPTIONAL_ROW_FIELDS = ("haystack_entries",)
+#: The keys of a row's ``trace`` and ``timing`` objects (the per-question and per-session
+#: traces inside are the retriever's own, documented in :mod:`engram_eval.retrieval.hybrid`).
+TRACE_FIELDS = ("question", "sessions")
+TIMING_FIELDS = ("seconds",)
 #: Row fields that are measurements (may differ between identical runs).
 MEASUREMENT_FIELDS = ("timing",)
 

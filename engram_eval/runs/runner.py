@@ -43,7 +43,14 @@ from engram_eval.data.translations import (
     replace_texts,
 )
 from engram_eval.errors import ConfigError, DataError, ProvenanceError, StorageError
-from engram_eval.io import atomic_write, dump_json, input_problem, sha256_file, storage_errors
+from engram_eval.io import (
+    atomic_write,
+    dump_json,
+    input_problem,
+    refuse_links,
+    sha256_file,
+    storage_errors,
+)
 from engram_eval.provenance.sidecar import (
     build_metadata,
     claim_output,
@@ -55,6 +62,7 @@ from engram_eval.provenance.sidecar import (
 )
 from engram_eval.runs.config import RunConfig
 from engram_eval.runs.executors import make_executor
+from engram_eval.runs.known_fields import check_sidecar_fields
 from engram_eval.runs.progress import Progress
 from engram_eval.runs.rows import (
     RESUME_HINT,
@@ -129,6 +137,8 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
     if output.name.endswith(".gz"):
         raise ConfigError(f"--output {output}: results are written uncompressed; write "
                           f"{output.name[:-3]} and then run `engram-eval compress` on it")
+    if not validate_only:  # a link at the result, sidecar or summary: refused before any work
+        refuse_links(output, sidecar_path(output), summary_path(output))
     why = input_problem(dataset)
     if why:
         raise DataError(dataset, "(file)", "(file)", f"dataset {why}")
@@ -192,6 +202,7 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
         try:
             old = read_sidecar(output)
             compare_for_resume(old, meta, sidecar_path(output))
+            check_sidecar_fields(old, sidecar_path(output))  # no key the package never writes
             scan = scan_rows(output, allowed_ids=ids)
             # Every kept row passes verify's per-row checks against the dataset before
             # anything (even the torn-line repair) is written.
@@ -199,7 +210,7 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
             check_kept_rows(output, scan.rows,
                             replace_texts(source.iter_questions(
                                 [i for i in source.ids if i in kept]), texts),
-                            protocols)
+                            protocols, trace_sessions=config.trace_sessions)
             if scan.torn_bytes:
                 truncate_torn_tail(output, scan.torn_bytes)
                 repaired = True
@@ -294,14 +305,12 @@ def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[s
     assert scan is not None
     if len(scan.rows) != len(ids) or scan.torn_bytes:
         raise ProvenanceError(f"{output}: expected {len(ids)} rows, found {len(scan.rows)}")
+    # unparsable_dates: from the dataset, not the rows (verify --dataset re-counts)
     summary = build_summary(order_rows(scan.rows, ids), protocols, fingerprint=fingerprint,
                             dataset=meta["dataset"]["name"],
                             dataset_sha256=meta["dataset"]["sha256"],
-                            retriever=config.retriever, rows_sha256=scan.sha256)
-    if dates is not None:  # from the dataset, not the rows (verify --dataset re-counts)
-        summary["unparsable_dates"] = dates
-    if "frozen_source" in meta:
-        summary["frozen_source"] = meta["frozen_source"]
+                            retriever=config.retriever, rows_sha256=scan.sha256,
+                            unparsable_dates=dates, frozen_source=meta.get("frozen_source"))
     with storage_errors(summary_path(output), "write", RESUME_HINT, cls=StorageError):
         atomic_write(summary_path(output), dump_json(summary))
     return RunOutcome(output, fingerprint, n_written, len(ids), summary, repaired)

@@ -19,6 +19,8 @@ from engram_eval.errors import ConfigError
 from engram_eval.retrieval.settings import short_repr
 
 RULE = "int(sha256(question_id utf-8).hexdigest(), 16) mod count"
+#: The keys of a sidecar's ``selection.shard`` (:func:`shard_selection`).
+SHARD_FIELDS = ("index", "count", "rule", "all_ids")
 T = TypeVar("T")
 
 

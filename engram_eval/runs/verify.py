@@ -7,9 +7,12 @@ report says so. The recorded source hashes are compared with the installed packa
 (``--sources-at COMMIT``) with the files committed at the revision that published the run, so
 that later code changes do not make an old result unverifiable.
 
-The per-row checks (:func:`check_row`: ranking a permutation of the haystack, gold, metrics,
-scores never increasing) are the ones ``--resume`` runs on every row it keeps, and ``merge``
-runs all of ``verify`` on every shard. Re-reading cannot catch rows forged consistently, or a
+The per-row checks (:func:`check_row`: ranking a permutation of the haystack, gold, every
+other field that derives from the dataset or the run, metrics, scores never increasing, the
+traces against the ranking, the scores and the dataset, and no key the package never writes)
+are the ones ``--resume`` runs on every row it keeps, and ``merge`` runs all of ``verify`` on
+every shard. The summary and the sidecar are held to their writers' allow-lists too
+(:mod:`engram_eval.runs.known_fields`). Re-reading cannot catch rows forged consistently, or a
 run served forged cache entries: ``rerun`` K (``--rerun K``) re-ranks K sampled questions with
 the recorded settings and models and the cache off (:func:`check_rerun`).
 
@@ -32,10 +35,13 @@ from engram_eval.io import sha256_file
 from engram_eval.provenance.sidecar import (
     fingerprint_of,
     git_source_hashes,
+    sidecar_path,
     source_hashes,
     summary_path,
 )
+from engram_eval.runs.known_fields import sidecar_problems, summary_unknown_fields
 from engram_eval.runs.reader import read_metadata, read_rows, read_summary
+from engram_eval.runs.row_checks import field_problems, trace_problems
 from engram_eval.runs.rows import order_rows
 from engram_eval.scoring import protocols as P
 from engram_eval.scoring.summary import summarize_rows
@@ -124,10 +130,13 @@ GOLD = "gold re-derived from the dataset"
 ROWS_HASH = "rows sha256 matches the summary and sidecar"
 METRICS = "per-question metrics recomputed"
 SCORES = "scores never increase down each ranking"
+FIELDS = "row fields: only known keys, each as the dataset and the run give it"
+TRACE = "traces agree with the ranking, the scores and the dataset"
 
 
 def check_row(row: Mapping[str, Any], question: Question | None,
-              protocols: Sequence[str]) -> dict[str, list[str]]:
+              protocols: Sequence[str], *, trace_sessions: int | None = None,
+              text_known: bool = True) -> dict[str, list[str]]:
     """The per-row checks of ``verify``, which ``--resume`` also runs on every row it keeps
     (:func:`check_kept_rows`): ``{check name: [problem, ...]}``, every list empty for a good
     row.
@@ -135,15 +144,25 @@ def check_row(row: Mapping[str, Any], question: Question | None,
     * :data:`GOLD` (only with the dataset's ``question``): the ranking is a permutation of the
       question's haystack (each session exactly once), ``haystack_entries`` and every
       ``gold[protocol]`` equal what the dataset gives;
+    * :data:`FIELDS`: no key the package does not write, and every field that derives from
+      the dataset or the run (question type and date, session count, the protocols that key
+      gold and metrics) as they give it (:func:`engram_eval.runs.row_checks.field_problems`);
     * :data:`METRICS`: every protocol's metrics recomputed from the row's gold and ranking;
     * :data:`SCORES`: one finite number per ranked session, never increasing down the ranking
-      (standard IR tools re-sort by score, so a score that goes up would silently reorder)."""
+      (standard IR tools re-sort by score, so a score that goes up would silently reorder);
+    * :data:`TRACE`: the traces that summaries, ``analyze`` and ``tune`` read agree with the
+      ranking, the scores and the dataset (:func:`engram_eval.runs.row_checks.trace_problems`;
+      ``trace_sessions`` is the run's setting, ``text_known`` False when the question's text
+      was replaced by a file not given)."""
     qid = row.get("question_id")
-    out: dict[str, list[str]] = {GOLD: [], METRICS: [], SCORES: []}
+    out: dict[str, list[str]] = {GOLD: [], FIELDS: [], METRICS: [], SCORES: [], TRACE: []}
+    out[FIELDS] = field_problems(row, question, protocols)
     ranking = row.get("ranked_session_ids")
     if not isinstance(ranking, list) or not all(isinstance(s, str) for s in ranking):
         out[METRICS].append(f"{qid}: ranked_session_ids is not a list of session ids")
         return out
+    out[TRACE] = trace_problems(row, question, trace_sessions=trace_sessions,
+                                text_known=text_known)
     entries = row.get("haystack_entries") or {}
     if question is not None:
         if len(set(ranking)) != len(ranking):
@@ -196,11 +215,13 @@ def check_row(row: Mapping[str, Any], question: Question | None,
 
 
 def check_kept_rows(path: str | Path, rows: Sequence[Mapping[str, Any]],
-                    questions: Iterable[Question], protocols: Sequence[str]) -> None:
+                    questions: Iterable[Question], protocols: Sequence[str], *,
+                    trace_sessions: int | None = None) -> None:
     """``--resume``: run :func:`check_row` (exactly what ``verify`` checks per row) on every
     row already in ``path`` against its dataset ``question`` (``questions`` yields one per
-    row, any order), and raise one :class:`ProvenanceError` naming the file, the line, the
-    question and the check at the first row that fails, before anything is written."""
+    row, any order, with the texts the run ranked), and raise one :class:`ProvenanceError`
+    naming the file, the line, the question and the check (and the field) at the first row
+    that fails, before anything is written. ``trace_sessions``: the run's setting."""
     line_of = {r["question_id"]: n for n, r in enumerate(rows, start=1)}
     by_id = {r["question_id"]: r for r in rows}
     done: set[str] = set()
@@ -209,7 +230,8 @@ def check_kept_rows(path: str | Path, rows: Sequence[Mapping[str, Any]],
         if row is None:
             continue
         done.add(q.question_id)
-        for name, problems in check_row(row, q, protocols).items():
+        for name, problems in check_row(row, q, protocols,
+                                        trace_sessions=trace_sessions).items():
             if problems:
                 raise ProvenanceError(
                     f"{path}: line {line_of[q.question_id]} (question {q.question_id!r}) "
@@ -242,10 +264,12 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
     rep = VerifyReport()
     try:
         meta = read_metadata(result)
-        rep.add("sidecar schema", True)
     except ProvenanceError as e:
         rep.add("sidecar schema", False, str(e))
         return rep
+    unknown = sidecar_problems(meta)
+    rep.add("sidecar schema", not unknown,
+            f"{sidecar_path(result)}: " + _short_list(unknown) if unknown else "")
     fp = fingerprint_of(meta)
     rep.add("fingerprint", fp == meta["fingerprint"],
             "" if fp == meta["fingerprint"] else f"recorded {meta['fingerprint'][:16]}…, "
@@ -286,20 +310,39 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
     else:
         rep.skip(DATASET_HASH, "no --dataset given")
         rep.skip(GOLD, "no --dataset given; the gold stored in the rows was trusted")
-    bad: dict[str, list[str]] = {GOLD: [], METRICS: [], SCORES: []}
+    replaced = meta["selection"].get("questions")
+    texts_problem = _texts_problem(replaced, questions_file) if replaced and questions else ""
+    if replaced and questions and not texts_problem:
+        questions = _with_texts(questions, questions_file)
+    text_known = not replaced or (bool(questions) and not texts_problem)
+    trace_sessions = _trace_sessions(meta)
+    bad: dict[str, list[str]] = {GOLD: [], FIELDS: [], METRICS: [], SCORES: [], TRACE: []}
     for r in rows:
         q = questions.get(r["question_id"])
         if questions and q is None:
             bad[GOLD].append(f"{r['question_id']}: no such question in the dataset")
-        for name, problems in check_row(r, q, protocols).items():
+        for name, problems in check_row(r, q, protocols, trace_sessions=trace_sessions,
+                                        text_known=text_known).items():
             bad[name].extend(problems)
     if questions:
         rep.add(GOLD, not bad[GOLD], _short_list(bad[GOLD]))
+    rep.add(FIELDS, not bad[FIELDS], f"{result}: {_short_list(bad[FIELDS])}" if bad[FIELDS]
+            else "" if questions else "without --dataset: keys and counts only")
     rep.add(METRICS, not bad[METRICS], _short_list(bad[METRICS]))
     rep.add(SCORES, not bad[SCORES], _short_list(bad[SCORES]))
+    rep.add(TRACE, not bad[TRACE], f"{result}: {_short_list(bad[TRACE])}" if bad[TRACE]
+            else "" if questions and text_known else
+            "without --dataset: against the ranking and scores only" if not questions else
+            "time windows not re-derived: the run replaced question texts (pass that file "
+            "with --questions)")
     if stored is not None:
         fresh_summary = summarize_rows(order_rows(rows, ids), protocols)
-        diffs = _cmp_summary(stored.get("protocols"), fresh_summary["protocols"], "protocols")
+        diffs = [f"summary field {k!r} is not one engram-eval writes"
+                 for k in summary_unknown_fields(stored)]
+        diffs += _cmp_summary(stored.get("protocols"), fresh_summary["protocols"], "protocols")
+        if stored.get("frozen_source") != meta.get("frozen_source"):
+            diffs.append(f"summary frozen_source {stored.get('frozen_source')!r} differs from "
+                         f"the sidecar's {meta.get('frozen_source')!r}")
         if stored.get("temporal_windows") != fresh_summary.get("temporal_windows"):
             diffs.append(f"temporal_windows {stored.get('temporal_windows')!r} vs recomputed "
                          f"{fresh_summary.get('temporal_windows')!r}")
@@ -324,25 +367,47 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
         rep.add("summary recomputed from rows", False, f"{spath} is missing")
     _check_sources(rep, meta["sources"], sources_at, repo)
     if rerun:
-        replaced = meta["selection"].get("questions")
-        if replaced and questions:
+        if texts_problem:
             name = rerun_name(min(rerun, len(ids)), rerun_seed if rerun_seed is not None else 0)
             if questions_file is None:
-                rep.skip(name, f"the run replaced question texts from {replaced['name']} "
-                         f"(sha256 {replaced['sha256'][:16]}…): pass that file with "
-                         "--questions to re-rank")
-                return rep
-            digest = sha256_file(questions_file)
-            if digest != replaced["sha256"]:
-                rep.add(name, False, f"{questions_file} has sha256 {digest[:16]}…, the run "
-                        f"used {replaced['sha256'][:16]}…")
-                return rep
-            from engram_eval.data.translations import load_question_translations, replace_texts
-
-            texts = load_question_translations(questions_file)
-            questions = {q.question_id: q for q in replace_texts(questions.values(), texts)}
+                rep.skip(name, texts_problem)
+            else:
+                rep.add(name, False, texts_problem)
+            return rep
         check_rerun(rep, meta, rows, questions, rerun, rerun_seed)
     return rep
+
+
+def _texts_problem(replaced: Mapping[str, Any], questions_file: str | Path | None) -> str:
+    """Why the question texts a run ranked (``selection.questions``) cannot be applied: no
+    file given, or one with another sha256; "" when ``questions_file`` is that file."""
+    if questions_file is None:
+        return (f"the run replaced question texts from {replaced['name']} (sha256 "
+                f"{replaced['sha256'][:16]}…): pass that file with --questions to re-rank")
+    digest = sha256_file(questions_file)
+    if digest != replaced["sha256"]:
+        return (f"{questions_file} has sha256 {digest[:16]}…, the run used "
+                f"{replaced['sha256'][:16]}…")
+    return ""
+
+
+def _with_texts(questions: Mapping[str, Question],
+                questions_file: str | Path | None) -> dict[str, Question]:
+    """``questions`` with the texts of ``questions_file`` (checked by :func:`_texts_problem`)."""
+    from engram_eval.data.translations import load_question_translations, replace_texts
+
+    assert questions_file is not None
+    texts = load_question_translations(questions_file)
+    return {q.question_id: q for q in replace_texts(questions.values(), texts)}
+
+
+def _trace_sessions(meta: Mapping[str, Any]) -> int | None:
+    """The run's ``trace_sessions`` setting (None for a run that predates it)."""
+    for part in ("config", "config_recorded"):
+        value = (meta.get(part) or {}).get("trace_sessions")
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
 
 
 #: ``verify --rerun``: a re-ranked score must satisfy |rerun - recorded| <= RERUN_TOLERANCE *

@@ -4,9 +4,10 @@ Everything here is computed from rows alone (``verify`` recomputes it the same w
 summary file ``<output>.summary.json`` holds the run's fingerprint, dataset name and hash,
 retriever, ``n_questions``, ``rows_sha256`` (sha256 of the uncompressed rows bytes), the
 per-protocol blocks and, when the retriever traces it, ``temporal_windows`` (how many
-questions got each temporal-parsing status). The runner adds ``unparsable_dates``
+questions got each temporal-parsing status). The runner also gives ``unparsable_dates``
 (``question_date`` / ``session_dates`` that are not empty but cannot be parsed, over the
-selected questions), counted from the dataset rather than the rows.
+selected questions), counted from the dataset rather than the rows, and, for a run under a
+frozen manifest, ``frozen_source``. :data:`SUMMARY_FIELDS` lists every key.
 """
 
 from __future__ import annotations
@@ -77,13 +78,28 @@ def temporal_windows(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+#: Every top-level key :func:`build_summary` writes: the allow-list ``verify`` holds a
+#: summary to (a key outside it was not written by the package).
+SUMMARY_FIELDS = ("fingerprint", "dataset", "dataset_sha256", "retriever", "n_questions",
+                  "rows_sha256", "protocols", "temporal_windows", "unparsable_dates",
+                  "frozen_source")
+
+
 def build_summary(rows: Sequence[Mapping[str, Any]], protocols: Sequence[str], *,
                   fingerprint: str, dataset: str, dataset_sha256: str, retriever: str,
-                  rows_sha256: str) -> dict[str, Any]:
-    """The summary file's content (see the module docstring)."""
-    return {"fingerprint": fingerprint, "dataset": dataset, "dataset_sha256": dataset_sha256,
-            "retriever": retriever, "n_questions": len(rows), "rows_sha256": rows_sha256,
-            **summarize_rows(rows, protocols)}
+                  rows_sha256: str, unparsable_dates: Mapping[str, int] | None = None,
+                  frozen_source: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The summary file's content (see the module docstring); ``unparsable_dates`` (counted
+    from the dataset by the runner) and ``frozen_source`` (the sidecar's record of a frozen
+    manifest) are written when given."""
+    out = {"fingerprint": fingerprint, "dataset": dataset, "dataset_sha256": dataset_sha256,
+           "retriever": retriever, "n_questions": len(rows), "rows_sha256": rows_sha256,
+           **summarize_rows(rows, protocols)}
+    if unparsable_dates is not None:
+        out["unparsable_dates"] = dict(unparsable_dates)
+    if frozen_source is not None:
+        out["frozen_source"] = dict(frozen_source)
+    return out
 
 
 def format_summary(summary: Mapping[str, Any], metric_names: Sequence[str] = TABLE_METRICS) -> str:
