@@ -5,6 +5,10 @@
 # disk; the package itself only asks for torch>=2.1, which that build then satisfies, so
 # pip never pulls a multi-GB CUDA build. Elsewhere, install the torch build you want first
 # (or set ENGRAM_TORCH_SPEC, e.g. ENGRAM_TORCH_SPEC="torch>=2.1").
+#
+# ENGRAM_EVAL_BROWSER_TESTS=1 also installs Debian's chromium (apt-get, as root or with
+# passwordless sudo) when no chromium is on PATH: tests/test_report_browser.py opens the
+# `engram-eval report` pages in it and skips, saying why, where it is absent. .ci/run sets it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -15,3 +19,15 @@ fi
 .venv/bin/python -m pip install -q "${ENGRAM_TORCH_SPEC:-torch==2.13.0}"
 .venv/bin/python -m pip install -q -e ".[dev]"
 .venv/bin/python -c "import torch; print('engram-eval installed; torch', torch.__version__)"
+if [ "${ENGRAM_EVAL_BROWSER_TESTS:-0}" = "1" ] && ! command -v chromium >/dev/null 2>&1; then
+  SUDO=""
+  [ "$(id -u)" = "0" ] || SUDO="sudo -n"
+  APT="$SUDO env DEBIAN_FRONTEND=noninteractive apt-get"
+  if command -v apt-get >/dev/null 2>&1 && \
+     { $APT install -y -q chromium >/dev/null 2>&1 || \
+       { $APT update -q >/dev/null 2>&1 && $APT install -y -q chromium >/dev/null 2>&1; }; }; then
+    echo "installed chromium for the report browser tests: $(chromium --version 2>/dev/null)"
+  else
+    echo "warning: could not install chromium (apt-get); the report browser tests will skip" >&2
+  fi
+fi

@@ -190,6 +190,10 @@ COMMAND_GENERATORS: dict[str, tuple[str, ...]] = {
     "analyze": ("engram_eval/analysis/analyze.py",),
     "trec": ("engram_eval/runs/trec.py",),
     "split": ("engram_eval/data/split.py",),
+    "report": ("engram_eval/report/build.py", "engram_eval/report/questions.py",
+               "engram_eval/report/page.py", "engram_eval/report/assets.py",
+               "engram_eval/analysis/compare.py", "engram_eval/analysis/analyze.py",
+               "engram_eval/scoring/summary.py", "engram_eval/runs/verify.py"),
 }
 
 #: Derived file name in a results directory -> its generator (scripts/derived_sidecars.py).
