@@ -340,6 +340,29 @@ def test_verify_runs_with_the_dataset(runs: dict[str, Path]) -> None:
     assert all(q["text"] is None for q in doc["questions"])
 
 
+def test_each_run_verifies_at_its_own_commit(runs: dict[str, Path],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """--sources-at goes to the run's verify and --against-sources-at (default: the same) to
+    the compared run's: two runs published by different commits each verify at theirs."""
+    import engram_eval.runs.verify as V
+
+    seen: dict[str, str | None] = {}
+    real = V.verify
+
+    def spy(path: Any, dataset: Any, *, sources_at: str | None = None, **kw: Any) -> Any:
+        seen[Path(path).name] = sources_at
+        return real(path, dataset, **kw)
+
+    monkeypatch.setattr(V, "verify", spy)
+    build_report(runs["lme"], against=runs["lme_flat"], dataset=LME, n_boot=50,
+                 sources_at="c1", against_sources_at="c2")
+    assert seen == {"lme_bm25.jsonl": "c1", "lme_flat.jsonl": "c2"}
+    doc = build_report(runs["lme"], against=runs["lme_flat"], dataset=LME, n_boot=50,
+                       sources_at="c1")
+    assert seen == {"lme_bm25.jsonl": "c1", "lme_flat.jsonl": "c1"}
+    assert doc["verify_against"]["sources_at"] == "c1"
+
+
 def test_header_says_what_was_run(runs: dict[str, Path]) -> None:
     doc = build_report(runs["lme"])
     r = doc["run"]

@@ -35,6 +35,9 @@ def add_report(sub: Any) -> None:
                    "characters (default 600; 0: never)")
     r.add_argument("--sources-at", metavar="COMMIT", help="passed to verify: compare the "
                    "recorded source hashes with this git revision")
+    r.add_argument("--against-sources-at", metavar="COMMIT", help="the same for RUN2 "
+                   "(default: --sources-at), when the two runs were published by different "
+                   "commits")
     r.add_argument("--bootstrap", type=int, default=10000, help="comparison: bootstrap "
                    "resamples (default 10000, as compare)")
     r.add_argument("--seed", type=int, default=0, help="comparison: bootstrap seed")
@@ -54,7 +57,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     runs = [read_run(args.run)] + ([read_run(args.against)] if args.against else [])
     doc = build_report(runs[0], against=runs[1] if args.against else None,
                        dataset=args.dataset, k=args.k, protocol=args.protocol, depth=args.trace_depth,
-                       sources_at=args.sources_at, n_boot=args.bootstrap, seed=args.seed,
+                       sources_at=args.sources_at,
+                       against_sources_at=args.against_sources_at, n_boot=args.bootstrap, seed=args.seed,
                        cluster=args.cluster, turn_chars=args.turn_chars)
     data = render(doc).encode("utf-8", errors="replace")
     exclusive_write(args.output, data)

@@ -63,6 +63,7 @@ def build_report(run_path: str | Path | FinishedRun, *,
                  against: str | Path | FinishedRun | None = None,
                  dataset: str | Path | None = None, k: int = 5, protocol: str | None = None,
                  depth: int = DEFAULT_DEPTH, sources_at: str | None = None,
+                 against_sources_at: str | None = None,
                  n_boot: int = 10000, seed: int = 0, alpha: float = 0.05,
                  cluster: str = "question", turn_chars: int | None = None) -> dict[str, Any]:
     """The report document of the run at ``run_path`` (module doc; a path, or the run already
@@ -71,7 +72,9 @@ def build_report(run_path: str | Path | FinishedRun, *,
     the run used (verify, question and turn texts); ``k``: the cut-off of hit/miss, flips
     and the miss analysis; ``depth``: sessions listed per question (0: all traced);
     ``turn_chars``: turn texts are cut after this many characters (default
-    :data:`engram_eval.report.questions.TURN_CHARS`; 0: never)."""
+    :data:`engram_eval.report.questions.TURN_CHARS`; 0: never); ``sources_at``: verify's
+    ``--sources-at`` for the run, ``against_sources_at`` for ``against`` (default
+    ``sources_at``; two runs published by different commits need one each)."""
     from engram_eval.report.questions import TURN_CHARS, question_entries
 
     if k < 1:
@@ -103,7 +106,9 @@ def build_report(run_path: str | Path | FinishedRun, *,
         questions, doc["dataset_given"] = _load_dataset(dataset, run)
         doc["verify"] = run_verify(run, dataset, questions, sources_at)
         if other is not None:
-            doc["verify_against"] = run_verify(other, dataset, questions, sources_at)
+            doc["verify_against"] = run_verify(
+                other, dataset, questions,
+                sources_at if against_sources_at is None else against_sources_at)
     else:
         doc["dataset_given"] = None
         doc["verify"] = not_verified()
