@@ -363,6 +363,17 @@ def test_each_run_verifies_at_its_own_commit(runs: dict[str, Path],
     assert doc["verify_against"]["sources_at"] == "c1"
 
 
+def test_a_note_shows_under_the_title_as_text(runs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "note.html"
+    assert cli.main(["report", str(runs["lme"]), "--note", HOSTILE_QUESTION,
+                     "--output", str(out), "--no-sidecar"]) == 0
+    text = out.read_text(encoding="utf-8")
+    assert f'<p id="note">{P.esc(HOSTILE_QUESTION)}</p>' in text
+    assert HOSTILE_QUESTION not in text and "<script>alert" not in text
+    assert [t for t, _ in parse(out).tags].count("script") == 2
+    assert "note" not in build_report(runs["lme"])
+
+
 def test_header_says_what_was_run(runs: dict[str, Path]) -> None:
     doc = build_report(runs["lme"])
     r = doc["run"]

@@ -38,6 +38,8 @@ def add_report(sub: Any) -> None:
     r.add_argument("--against-sources-at", metavar="COMMIT", help="the same for RUN2 "
                    "(default: --sources-at), when the two runs were published by different "
                    "commits")
+    r.add_argument("--note", metavar="TEXT", help="a line shown under the title, as text "
+                   "(e.g. what the dataset is: 'a development split of LongMemEval_S')")
     r.add_argument("--bootstrap", type=int, default=10000, help="comparison: bootstrap "
                    "resamples (default 10000, as compare)")
     r.add_argument("--seed", type=int, default=0, help="comparison: bootstrap seed")
@@ -58,7 +60,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     doc = build_report(runs[0], against=runs[1] if args.against else None,
                        dataset=args.dataset, k=args.k, protocol=args.protocol, depth=args.trace_depth,
                        sources_at=args.sources_at,
-                       against_sources_at=args.against_sources_at, n_boot=args.bootstrap, seed=args.seed,
+                       against_sources_at=args.against_sources_at, note=args.note, n_boot=args.bootstrap, seed=args.seed,
                        cluster=args.cluster, turn_chars=args.turn_chars)
     data = render(doc).encode("utf-8", errors="replace")
     exclusive_write(args.output, data)

@@ -23,6 +23,7 @@ The document (a JSON-able dict) has these parts; :mod:`engram_eval.report.page` 
 * ``misses`` (and ``misses_against``): :func:`engram_eval.analysis.analyze.analyze_rows` at
   the report's ``k`` (what ``engram-eval analyze --k K`` reports), per class and type.
 * ``questions``: :func:`engram_eval.report.questions.question_entries`.
+* ``note`` (optional): a line of text the page shows under its title (``--note``).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def build_report(run_path: str | Path | FinishedRun, *,
                  against: str | Path | FinishedRun | None = None,
                  dataset: str | Path | None = None, k: int = 5, protocol: str | None = None,
                  depth: int = DEFAULT_DEPTH, sources_at: str | None = None,
-                 against_sources_at: str | None = None,
+                 against_sources_at: str | None = None, note: str | None = None,
                  n_boot: int = 10000, seed: int = 0, alpha: float = 0.05,
                  cluster: str = "question", turn_chars: int | None = None) -> dict[str, Any]:
     """The report document of the run at ``run_path`` (module doc; a path, or the run already
@@ -74,7 +75,8 @@ def build_report(run_path: str | Path | FinishedRun, *,
     ``turn_chars``: turn texts are cut after this many characters (default
     :data:`engram_eval.report.questions.TURN_CHARS`; 0: never); ``sources_at``: verify's
     ``--sources-at`` for the run, ``against_sources_at`` for ``against`` (default
-    ``sources_at``; two runs published by different commits need one each)."""
+    ``sources_at``; two runs published by different commits need one each); ``note``: a
+    line of text shown under the title (e.g. what the dataset is)."""
     from engram_eval.report.questions import TURN_CHARS, question_entries
 
     if k < 1:
@@ -101,6 +103,8 @@ def build_report(run_path: str | Path | FinishedRun, *,
     doc: dict[str, Any] = {"kind": KIND, "protocol": protocol, "k": k, "depth": depth,
                            "run": describe_run(run), "generator": generator(),
                            "metric_columns": list(SHOWN_METRICS)}
+    if note:
+        doc["note"] = note
     questions = None
     if dataset is not None:
         questions, doc["dataset_given"] = _load_dataset(dataset, run)

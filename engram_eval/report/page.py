@@ -458,6 +458,7 @@ def render(doc: Mapping[str, Any]) -> str:
             f'<span class="badge b-{_verdict_kind(v)}">{esc(_verdict_word(v))}</span>'
             + (f" compared against {_code(doc['against']['file'])}" if doc.get("against")
                else "") + "</p>",
+            (f'<p id="note">{esc(doc["note"])}</p>' if doc.get("note") else ""),
             '<section id="run"><h2>What was run</h2>',
             run_block(run, "this run", doc.get("generator"))]
     if doc.get("against"):
