@@ -241,6 +241,34 @@ def read_capped_bytes(path: str | Path, limit: int, *, what: str = "",
     return raw
 
 
+def read_stored_bytes(path: str | Path, limit: int, what: str = "") -> bytes:
+    """The bytes of ``path`` as stored (a gzip file is *not* decompressed, a byte order mark
+    kept: what a file hash covers), at most ``limit`` of them, read from a regular file only
+    (:func:`engram_eval.io.open_regular`). Over the limit, or unreadable, is one
+    :class:`InputError`; a missing file is ``FileNotFoundError``."""
+    p = Path(path)
+    try:
+        f = open_regular(p)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise InputError(p, FILE_RECORD, ROOT_FIELD, _read_problem(p, exc)) from None
+    with f:
+        return CappedReader(f, p, limit, what).read()  # type: ignore[arg-type]
+
+
+def gunzip_capped(path: str | Path, data: bytes, limit: int, what: str = "") -> bytes:
+    """``data`` (the bytes of ``path``) decompressed when it starts with the gzip magic bytes,
+    at most ``limit`` bytes of it (counted while decompressing: a gzip bomb stops at the
+    limit); else ``data`` itself. A broken stream or too many bytes is one
+    :class:`InputError`."""
+    if data[:2] != GZIP_MAGIC:
+        return data
+    g = gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb")
+    with g:
+        return CappedReader(g, Path(path), limit, what).read()  # type: ignore[arg-type]
+
+
 def first_byte(path: str | Path) -> bytes:
     """The first byte of the (decompressed) file after a byte order mark and whitespace,
     b"" when there is none; read through :func:`open_capped` (errors as there)."""
