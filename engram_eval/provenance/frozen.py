@@ -137,7 +137,7 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
         m = read_json_document(p, what="a frozen manifest")
     except FileNotFoundError:
         raise ProvenanceError(f"{p}: frozen manifest not found") from None
-    except (OSError, ValueError) as e:
+    except OSError as e:
         raise ProvenanceError(f"{p}: frozen manifest is not readable JSON: {e}") from None
     if not isinstance(m, dict) or m.get("kind") != MANIFEST_KIND:
         raise ProvenanceError(f"{p}: not a frozen-source manifest (kind must be {MANIFEST_KIND!r})")
