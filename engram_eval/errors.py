@@ -36,6 +36,19 @@ class ProvenanceError(EngramEvalError):
     """A run's provenance does not hold: overwrite, resume mismatch, corrupt rows."""
 
 
+class InputError(DataError, ProvenanceError, ConfigError):
+    """A file this package reads cannot be read as the JSON or JSON lines it must hold: not
+    a regular file, more bytes (decompressed) than its limit, a line longer than its limit,
+    nested deeper or holding a longer string than allowed, not UTF-8, not valid JSON.
+
+    Raised by the one bounded reader (:mod:`engram_eval.data._jsonio`) for every file it
+    reads: datasets, result rows, sidecars, summaries, manifests, the ledger, settings,
+    calibrations, fixtures. ``path``, ``record`` (``"(file)"``, ``"line N"``, a record id)
+    and ``field`` (``"(root)"`` when not known) name where, as :class:`DataError` does. It is
+    also a :class:`ProvenanceError` and a :class:`ConfigError`, so the callers that reported
+    an unreadable sidecar, rows file or calibration under those types keep catching it."""
+
+
 class ModelUnavailableError(EngramEvalError):
     """A model is not available offline; the message says how to provide it."""
 

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from engram_eval.data._jsonio import read_json_document
 from engram_eval.errors import ConfigError, ProvenanceError
 from engram_eval.io import atomic_write, remove_contained
 
@@ -102,7 +103,7 @@ def ship(model_dir: str | Path, training_card: str | Path, output: str | Path, *
 
     out = Path(output)
     _check_new(out, settings)
-    train_card = json.loads(Path(training_card).read_text(encoding="utf-8"))
+    train_card = read_json_document(Path(training_card))
     source = resolve_model(str(model_dir), "reranker")
     trained = {k: v for k, v in (train_card.get("output_files") or {}).items()
                if k != "README.md"}  # sentence-transformers' README states the wall time
@@ -113,7 +114,7 @@ def ship(model_dir: str | Path, training_card: str | Path, output: str | Path, *
                               f"hashed (differing: {', '.join(differ[:5]) or 'none listed'})")
     with tempfile.TemporaryDirectory(prefix="engram-ship-") as scratch:
         exported = Path(export_reranker_onnx(source, "fp32", scratch).path)
-        export_info = json.loads((exported / "export.json").read_text(encoding="utf-8"))
+        export_info = read_json_document(exported / "export.json")
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
         tmp.chmod(0o755)  # package data: readable by every user

@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -172,10 +173,35 @@ def _validate_grid(grid: Mapping[str, Any], path: str | Path) -> None:
             raise ConfigError(f"{path}: grid field {label}: {e}") from None
 
 
+#: Most grid combinations ``tune`` enumerates (each is scored on every question; real grids
+#: have a few thousand). A larger grid is one ConfigError before anything is enumerated.
+MAX_CANDIDATES = 200_000
+
+
+def candidate_count(grid: Mapping[str, Any], base: Candidate, signals: Sequence[str]) -> int:
+    """How many combinations :func:`candidates` would enumerate (all-zero weight
+    combinations included), computed from the list lengths alone."""
+    names = [n for n in F.SIGNAL_ORDER if n in signals]
+    weights = grid.get("weights", {})
+    n_weights = math.prod(len(weights.get(n, [0.0])) for n in names)
+    n_methods = sum(len(grid.get("normalisation", [base.normalisation])) if m == "convex"
+                    else len(grid.get("rrf_k", [base.rrf_k]))
+                    for m in grid.get("fusion", [base.fusion]))
+    n_temporal = sum(len(grid.get("temporal_boost", [base.temporal_boost])) if t else 1
+                     for t in grid.get("temporal", [base.temporal]))
+    return n_methods * n_weights * n_temporal
+
+
 def candidates(grid: Mapping[str, Any], base: Candidate, signals: Sequence[str]
                ) -> list[Candidate]:
     """Every grid combination in grid order; unlisted keys keep the run's own value.
-    Combinations whose weights are all 0 are skipped."""
+    Combinations whose weights are all 0 are skipped. A grid of more than
+    :data:`MAX_CANDIDATES` combinations is one :class:`ConfigError`, raised before any is
+    enumerated."""
+    count = candidate_count(grid, base, signals)
+    if count > MAX_CANDIDATES:
+        raise ConfigError(f"the tune grid has {count} combinations, more than "
+                          f"{MAX_CANDIDATES}; give fewer values per grid field")
     w_base = base.weight_map()
     names = [n for n in F.SIGNAL_ORDER if n in signals]
     w_lists = [grid.get("weights", {}).get(n, [w_base.get(n, 0.0)]) for n in names]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from engram_eval.cli._common import add_sidecar_arg, check_free
+from engram_eval.cli._common import add_sidecar_arg, check_free, finite_float, seed_int
 from engram_eval.provenance.sources import derived_sources
 
 
@@ -31,8 +31,8 @@ def add_compare(sub: Any) -> None:
                    help="default: answerable (LongMemEval) or locomo (LoCoMo rows)")
     c.add_argument("--metrics", nargs="+", help="metric names (default: every stored metric)")
     c.add_argument("--bootstrap", type=int, default=10000, help="bootstrap resamples")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--alpha", type=float, default=0.05, help="1 - confidence level")
+    c.add_argument("--seed", type=seed_int, default=0)
+    c.add_argument("--alpha", type=finite_float, default=0.05, help="1 - confidence level")
     c.add_argument("--segments", type=int, default=5)
     c.add_argument("--segment-by", choices=("hash", "order"), default="hash",
                    help="segments of sha256(question_id) order (default) or row order")
@@ -197,7 +197,7 @@ def add_tune(sub: Any) -> None:
                     help="several runs: cross-validation unit (default id-prefix: the "
                     "question id before ':', a LoCoMo conversation)")
     tn.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
-    tn.add_argument("--seed", type=int, default=0, help="fold assignment seed (default 0)")
+    tn.add_argument("--seed", type=seed_int, default=0, help="fold assignment seed (default 0)")
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

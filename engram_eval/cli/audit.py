@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from engram_eval.cli._common import add_sidecar_arg, check_free
+from engram_eval.cli._common import add_sidecar_arg, check_free, seed_int
 from engram_eval.errors import EngramEvalError
 from engram_eval.provenance.sources import derived_sources
 
@@ -33,7 +33,7 @@ def add_verify(sub: Any) -> None:
     v.add_argument("--questions", metavar="FILE",
                    help="with --rerun, for a run made with `run --questions FILE`: the same "
                    "file (checked by sha256), whose texts replace the re-ranked questions'")
-    v.add_argument("--rerun-seed", metavar="SEED", type=int, default=None,
+    v.add_argument("--rerun-seed", metavar="SEED", type=seed_int, default=None,
                    help="seed of the --rerun sample (default: a fresh random seed, printed on "
                    "the check line so the same questions can be re-run)")
 

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from engram_eval.cli._common import add_sidecar_arg, check_free
+from engram_eval.cli._common import add_sidecar_arg, check_free, finite_float, seed_int
 from engram_eval.provenance.sources import derived_sources
 
 
@@ -16,7 +16,7 @@ def add_split(sub: Any) -> None:
     sp = sub.add_parser("split", help="deterministic stratified tuning/held-out split of a "
                         "dataset (LongMemEval by question type, LoCoMo by conversation)")
     sp.add_argument("dataset", help="LongMemEval (.json/.json.gz) or LoCoMo file")
-    sp.add_argument("--holdout", type=float, required=True,
+    sp.add_argument("--holdout", type=finite_float, required=True,
                     help="fraction held out, 0 < f < 1 (per question type; LoCoMo: of "
                     "conversations), rounded half up")
     sp.add_argument("--salt", required=True, help="salt of the sha256 ordering (recorded)")
@@ -58,7 +58,7 @@ def add_make_stress(sub: Any) -> None:
     m.add_argument("source", help="LongMemEval file (.json or .json.gz)")
     m.add_argument("--sessions", type=int, required=True,
                    help="sessions per question after padding (e.g. 500)")
-    m.add_argument("--seed", type=int, required=True, help="sampling seed")
+    m.add_argument("--seed", type=seed_int, required=True, help="sampling seed")
     m.add_argument("--limit", type=int, help="write only the first N questions (fillers are "
                    "still drawn from every question)")
     m.add_argument("--output", required=True,

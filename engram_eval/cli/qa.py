@@ -9,6 +9,8 @@ import argparse
 import sys
 from typing import Any
 
+from engram_eval.cli._common import finite_float, seed_int
+
 
 def add_export_context(sub: Any) -> None:
     c = sub.add_parser("export-context", help="a finished run's top-k sessions per question "
@@ -47,9 +49,9 @@ def _endpoint_args(p: Any) -> None:
     p.add_argument("--attempts", type=int, default=6,
                    help="tries per request on rate limits, server errors, timeouts and "
                    "malformed replies (default 6)")
-    p.add_argument("--backoff", type=float, default=1.0,
+    p.add_argument("--backoff", type=finite_float, default=1.0,
                    help="seconds before the first retry, doubled each time (default 1)")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
+    p.add_argument("--timeout", type=finite_float, default=300.0, help="seconds per request")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run after verifying its sidecar and rows")
     p.add_argument("--no-progress", action="store_true")
@@ -69,9 +71,9 @@ def add_answer(sub: Any) -> None:
     a.add_argument("--model", required=True, help="model name the endpoint serves")
     a.add_argument("--output", required=True, help="hypotheses JSONL (must not exist unless "
                    "--resume)")
-    a.add_argument("--temperature", type=float, default=0.0)
+    a.add_argument("--temperature", type=finite_float, default=0.0)
     a.add_argument("--max-tokens", type=int, default=None)
-    a.add_argument("--seed", type=int, default=None)
+    a.add_argument("--seed", type=seed_int, default=None)
     a.add_argument("--limit", type=int, default=None, help="only the first N questions")
     _endpoint_args(a)
 

@@ -1,7 +1,24 @@
-"""Shared helpers for the dataset loaders: reading (gzipped) JSON, schemas, error paths.
+"""The package's one bounded JSON / JSON lines reader, and the dataset loaders' helpers.
 
-Private to ``engram_eval.data``; every failure is raised as a :class:`DataError` that names
-the file, the record and the field.
+Every JSON file this package reads goes through here: datasets (:func:`read_json`,
+:func:`iter_list_items`), whole documents (:func:`read_json_document`: sidecars, summaries,
+manifests, the ledger, settings, calibrations, fixtures), JSON lines
+(:func:`iter_json_lines`, :func:`parse_json_line`: rows, rankings, translations) and JSON
+held elsewhere (:func:`parse_json_text`: a database value). The contract, for each:
+
+* only a regular file is opened, without blocking (:func:`engram_eval.io.open_regular`: a
+  FIFO with no writer is an error, never a hang); gzip is sniffed by its magic bytes;
+* the bytes read are counted while reading (decompressed bytes for gzip), and reading stops
+  at the first byte over the limit, so a gzip bomb costs its limit, not its size;
+  a line of JSON lines is bounded the same way (:data:`MAX_LINE_BYTES`);
+* nesting (:data:`MAX_DEPTH`) and string length (:data:`MAX_STRING_CHARS`) are checked
+  before anything is returned; Python's recursion limit is never reached by a caller
+  (a ``RecursionError`` of the parser is caught and located);
+* a UTF-8 byte order mark at the start of the file is accepted (and dropped);
+* every failure is one :class:`engram_eval.errors.InputError` (a :class:`DataError`) naming
+  the file, the record (``(file)``, ``line N``, ``question_id=... (index N)``) and, where
+  known, the field. A missing file is the ``FileNotFoundError`` it was (callers say what
+  was missing).
 """
 
 from __future__ import annotations
@@ -11,6 +28,7 @@ import io
 import json
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import IO, Any
@@ -18,7 +36,7 @@ from typing import IO, Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
-from engram_eval.errors import DataError
+from engram_eval.errors import DataError, InputError
 from engram_eval.io import open_regular
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -33,6 +51,20 @@ MAX_DEPTH = 64
 MAX_STRING_CHARS = 64 * 2**20
 #: A field path in an error message is cut to this many characters.
 MAX_FIELD_CHARS = 120
+#: Most (decompressed) bytes of a whole JSON document other than a dataset: a sidecar,
+#: summary, manifest, ledger, settings or calibration file (real ones are below 1 MB).
+MAX_DOCUMENT_BYTES = 256 * 2**20
+#: Most (decompressed) bytes of a dataset read whole (LongMemEval_M is 2.7 GB).
+MAX_DATASET_BYTES = 16 * 2**30
+#: Most (decompressed) bytes of a JSON lines file (result rows, rankings, translations).
+MAX_LINES_BYTES = 16 * 2**30
+#: Most bytes of one line of a JSON lines file (a result row is a few KB).
+MAX_LINE_BYTES = 256 * 2**20
+#: A string of N characters takes at most this many bytes of JSON text (``\uXXXX``): a run
+#: of more than ``MAX_STRING_CHARS`` times it without a ``"`` byte is over the string limit.
+BYTES_PER_CHAR = 6
+UTF8_BOM = b"\xef\xbb\xbf"
+_CHUNK = 1 << 20
 
 
 def is_gzip(path: str | Path) -> bool:
@@ -66,52 +98,298 @@ def open_text(path: str | Path) -> IO[str]:
     return io.TextIOWrapper(open_binary(path), encoding="utf-8")
 
 
+# --------------------------------------------------------------------------- bounded reading
+def _read_problem(path: Path, exc: BaseException) -> str:
+    """What an error met while opening or reading ``path`` says, in words."""
+    if isinstance(exc, (EOFError, zlib.error, gzip.BadGzipFile)):
+        return f"not a valid gzip stream: {exc}"
+    return f"cannot read file: {exc}"
+
+
+class CappedReader:
+    """A binary stream (plain or un-gzipped) that counts the bytes read through it.
+
+    Reading more than ``limit`` bytes in all is one :class:`InputError` naming the file,
+    raised by the read that passes the limit: no read asks for more than one byte past it,
+    so a gzip bomb is decompressed only up to its limit. An operating-system, gzip or zlib
+    error while reading is an :class:`InputError` too."""
+
+    def __init__(self, f: IO[bytes], path: Path, limit: int, what: str = "") -> None:
+        self._f = f
+        self.path = path
+        self.limit = limit
+        self.what = what
+        self.count = 0
+        self.compressed = isinstance(f, gzip.GzipFile)
+
+    def _left(self) -> int:
+        return self.limit + 1 - self.count
+
+    def read(self, n: int | None = -1) -> bytes:
+        """Up to ``n`` bytes (all that are left, read in chunks, when ``n`` < 0)."""
+        if n is None or n < 0:
+            parts = []
+            while block := self.read(_CHUNK):
+                parts.append(block)
+            return b"".join(parts)
+        return self._account(self._guarded(self._f.read, min(n, self._left())))
+
+    def readline(self, size: int = -1) -> bytes:
+        """One line (``size`` bytes at most, as ``IOBase.readline``)."""
+        size = self._left() if size < 0 else min(size, self._left())
+        return self._account(self._guarded(self._f.readline, size))
+
+    def skip_bom(self) -> bool:
+        """Drop a UTF-8 byte order mark at the start; True when there was one."""
+        if self.count == 0 and self.read(len(UTF8_BOM)) == UTF8_BOM:
+            return True
+        self._guarded(self._f.seek, 0)
+        self.count = 0
+        return False
+
+    def _guarded(self, call: Any, arg: int) -> Any:
+        try:
+            return call(arg)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(self.path, FILE_RECORD, ROOT_FIELD,
+                             _read_problem(self.path, exc)) from None
+
+    def _account(self, block: bytes) -> bytes:
+        self.count += len(block)
+        if self.count > self.limit:
+            raise self.over_limit()
+        return block
+
+    def over_limit(self) -> InputError:
+        """The error for more than ``limit`` bytes."""
+        kind = " (decompressed)" if self.compressed else ""
+        of = f" for {self.what}" if self.what else ""
+        return InputError(self.path, FILE_RECORD, ROOT_FIELD,
+                          f"more than {self.limit} bytes{kind}, the limit{of}; refusing to "
+                          "read further")
+
+    def close(self) -> None:
+        self._f.close()
+
+
+@contextmanager
+def open_capped(path: str | Path, limit: int, what: str = "") -> Iterator[CappedReader]:
+    """:func:`open_binary` (regular files only, gzip sniffed) as a :class:`CappedReader` of
+    at most ``limit`` (decompressed) bytes. A missing file is ``FileNotFoundError``; any
+    other failure to open is an :class:`InputError` naming the file."""
+    p = Path(path)
+    try:
+        f = open_binary(p)
+    except FileNotFoundError:
+        raise
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(p, FILE_RECORD, ROOT_FIELD, _read_problem(p, exc)) from None
+    reader = CappedReader(f, p, limit, what)
+    try:
+        yield reader
+    finally:
+        reader.close()
+
+
+class _RunWatch:
+    """Watches the bytes of a JSON text, block by block, for a run of more than
+    ``MAX_STRING_CHARS * BYTES_PER_CHAR`` bytes without a ``"``: a string over the limit (or
+    a value no real file holds), found while reading, before a parser holds it whole.
+
+    A run inside one block is shorter than the block and only runs that reach a block's
+    edge are measured: two ``find`` calls per block."""
+
+    def __init__(self) -> None:
+        self.offset = 0  # bytes seen
+        self.start = 0  # where the open run (after the last '"') starts
+
+    def over(self, block: bytes) -> int:
+        """Take the next block; the length of a run over the limit, else 0."""
+        limit = MAX_STRING_CHARS * BYTES_PER_CHAR
+        first = block.find(b'"')
+        end = self.offset + len(block)
+        if first < 0:
+            longest = end - self.start
+        else:
+            longest = self.offset + first - self.start
+            if longest <= limit:
+                self.start = self.offset + block.rfind(b'"') + 1
+        self.offset = end
+        return longest if longest > limit else 0
+
+
+def read_capped_bytes(path: str | Path, limit: int, *, what: str = "",
+                      id_key: str | None = None) -> bytes:
+    """The (decompressed) bytes of ``path``, a UTF-8 byte order mark dropped.
+
+    More than ``limit`` bytes is one :class:`InputError`, raised while reading. So is a run
+    of more than ``MAX_STRING_CHARS * BYTES_PER_CHAR`` bytes without a ``"`` (a string over
+    :data:`MAX_STRING_CHARS`, or a value no real file holds; :class:`_RunWatch`), raised as
+    soon as it is read and naming the record and field it starts in (``id_key`` as for
+    :func:`read_json`)."""
+    parts: list[bytes] = []
+    watch = _RunWatch()
+    with open_capped(path, limit, what) as f:
+        f.skip_bom()
+        while block := f.read(_CHUNK):
+            parts.append(block)
+            run = watch.over(block)
+            if run:
+                raise _run_error(Path(path), b"".join(parts)[:watch.start], run, id_key)
+    raw = b"".join(parts)
+    del parts
+    return raw
+
+
+def read_stored_bytes(path: str | Path, limit: int, what: str = "") -> bytes:
+    """The bytes of ``path`` as stored (a gzip file is *not* decompressed, a byte order mark
+    kept: what a file hash covers), at most ``limit`` of them, read from a regular file only
+    (:func:`engram_eval.io.open_regular`). Over the limit, or unreadable, is one
+    :class:`InputError`; a missing file is ``FileNotFoundError``."""
+    p = Path(path)
+    try:
+        f = open_regular(p)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise InputError(p, FILE_RECORD, ROOT_FIELD, _read_problem(p, exc)) from None
+    with f:
+        return CappedReader(f, p, limit, what).read()  # type: ignore[arg-type]
+
+
+def gunzip_capped(path: str | Path, data: bytes, limit: int, what: str = "") -> bytes:
+    """``data`` (the bytes of ``path``) decompressed when it starts with the gzip magic bytes,
+    at most ``limit`` bytes of it (counted while decompressing: a gzip bomb stops at the
+    limit); else ``data`` itself. A broken stream or too many bytes is one
+    :class:`InputError`."""
+    if data[:2] != GZIP_MAGIC:
+        return data
+    g = gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb")
+    with g:
+        return CappedReader(g, Path(path), limit, what).read()  # type: ignore[arg-type]
+
+
+def first_byte(path: str | Path) -> bytes:
+    """The first byte of the (decompressed) file after a byte order mark and whitespace,
+    b"" when there is none; read through :func:`open_capped` (errors as there)."""
+    with open_capped(path, MAX_DATASET_BYTES, "a dataset") as f:
+        f.skip_bom()
+        while block := f.read(4096):
+            stripped = block.lstrip()
+            if stripped:
+                return stripped[:1]
+    return b""
+
+
+def _run_error(path: Path, prefix: bytes, run: int, id_key: str | None) -> InputError:
+    """The error for a run of ``run`` bytes without a ``"`` that starts after ``prefix``."""
+    record, field = _position(prefix, id_key)
+    return InputError(path, record, field,
+                      f"a string (or value) longer than {MAX_STRING_CHARS} characters: "
+                      f"{run} bytes from byte {len(prefix)} hold no '\"'; refusing to read "
+                      "further")
+
+
+def decode_json_bytes(path: str | Path, raw: bytes, record: str = FILE_RECORD, *,
+                      bom: bool = True) -> str:
+    """``raw`` as text: UTF-8 (a lone surrogate passes, as in ``json.loads`` of bytes), a
+    leading byte order mark dropped when ``bom``. Not UTF-8 is one :class:`InputError`."""
+    if bom and raw.startswith(UTF8_BOM):
+        raw = raw[len(UTF8_BOM):]
+    try:
+        return raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, record, ROOT_FIELD, f"not valid UTF-8 JSON text: {exc}"
+                         ) from None
+
+
+def parse_json_text(path: str | Path, text: str | bytes, record: str = FILE_RECORD, *,
+                    id_key: str | None = None) -> Any:
+    """Parse one JSON value held in memory (a whole file's text, one line, a database value)
+    of ``path``; ``record`` names it in errors (``(file)``: a whole file, whose top-level list
+    elements are then named by ``id_key``). Syntax errors, nesting deeper than
+    :data:`MAX_DEPTH` (``RecursionError`` never escapes) and strings longer than
+    :data:`MAX_STRING_CHARS` are one :class:`InputError` naming the record and field."""
+    if isinstance(text, bytes):
+        text = decode_json_bytes(path, text, record)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, record, ROOT_FIELD, f"not valid JSON: {exc.msg} at line "
+                         f"{exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        # Nested deeper than Python's parser allows: the streaming scan names where.
+        locate_limit_violation(path, id_key, source=text, record=_as_record(record))
+        raise InputError(path, record, ROOT_FIELD,  # pragma: no cover - located above
+                         f"nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # e.g. an integer with more digits than Python converts
+        raise InputError(path, record, ROOT_FIELD, f"not valid JSON: {str(exc)[:200]}"
+                         ) from None
+    check_limits(path, data, id_key, source=text, record=_as_record(record))
+    return data
+
+
+def _as_record(record: str) -> str | None:
+    """``record`` for the locating scan: None for a whole file (records named there)."""
+    return None if record == FILE_RECORD else record
+
+
+def read_json_document(path: str | Path, *, what: str = "", limit: int | None = None,
+                       id_key: str | None = None) -> Any:
+    """One whole JSON document (plain or gzipped, any extension) under every limit of the
+    module docstring: at most ``limit`` bytes (default :data:`MAX_DOCUMENT_BYTES`), ``what``
+    naming the kind of file in the size error. A missing file is ``FileNotFoundError``;
+    every other failure one :class:`InputError` naming the file, record and field."""
+    cap = MAX_DOCUMENT_BYTES if limit is None else limit
+    text = decode_json_bytes(path, read_capped_bytes(path, cap, what=what, id_key=id_key))
+    return parse_json_text(path, text, id_key=id_key)
+
+
+def parse_json_line(path: str | Path, number: int, raw: bytes) -> Any:
+    """Line ``number`` (1-based) of a JSON lines file, its newline included or not: at most
+    :data:`MAX_LINE_BYTES` bytes, then :func:`parse_json_text` with record ``line N``."""
+    record = f"line {number}"
+    if len(raw) - raw.endswith(b"\n") > MAX_LINE_BYTES:
+        raise InputError(path, record, ROOT_FIELD, f"a line of more than {MAX_LINE_BYTES} "
+                         "bytes; refusing to read further")
+    return parse_json_text(path, decode_json_bytes(path, raw, record, bom=number == 1), record)
+
+
+def iter_json_lines(path: str | Path, *, what: str = "", limit: int | None = None
+                    ) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` for each non-blank line of a JSON lines file (plain or
+    gzipped), streaming: each line is read at most :data:`MAX_LINE_BYTES` + 1 bytes at a time
+    and the file at most ``limit`` bytes (default :data:`MAX_LINES_BYTES`); a byte order
+    mark before line 1 is dropped. Every failure is one :class:`InputError` naming the line
+    (:func:`parse_json_line`); a missing file is ``FileNotFoundError``."""
+    cap = MAX_LINES_BYTES if limit is None else limit
+    with open_capped(path, cap, what) as f:
+        f.skip_bom()
+        number = 0
+        while raw := f.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            if raw.strip():
+                yield number, parse_json_line(path, number, raw)
+            elif len(raw) > MAX_LINE_BYTES:
+                parse_json_line(path, number, raw)  # raises: too long
+
+
 def read_json(path: str | Path, id_key: str | None = None) -> Any:
-    """Parse a JSON file, transparently un-gzipping it when it starts with the gzip magic bytes.
+    """Parse a dataset JSON file, transparently un-gzipping it when it starts with the gzip
+    magic bytes (:func:`read_json_document` with the dataset size limit,
+    :data:`MAX_DATASET_BYTES`).
 
     The extension is ignored: ``data.json`` that is really gzip is read, ``data.json.gz`` that
     is really plain JSON is read too. The nesting and string limits (:data:`MAX_DEPTH`,
     :data:`MAX_STRING_CHARS`) are checked before anything is returned; a violation is one
     :class:`DataError` naming the record (``<id_key>=<id> (index N)`` for a top-level list of
-    objects) and the field.
+    objects) and the field. A missing file is a :class:`DataError` too.
     """
     p = Path(path)
     try:
-        with open_binary(p) as f:
-            raw = f.read()
+        return read_json_document(p, what="a dataset", limit=MAX_DATASET_BYTES, id_key=id_key)
     except FileNotFoundError as exc:
-        raise DataError(p, FILE_RECORD, ROOT_FIELD, f"cannot read file: {exc}") from exc
-    except (OSError, EOFError, zlib.error) as exc:
-        what = "not a valid gzip stream" if _safe_is_gzip(p) else "cannot read file"
-        raise DataError(p, FILE_RECORD, ROOT_FIELD, f"{what}: {exc}") from exc
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise DataError(
-            p,
-            FILE_RECORD,
-            ROOT_FIELD,
-            f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-        ) from exc
-    except UnicodeDecodeError as exc:
-        raise DataError(p, FILE_RECORD, ROOT_FIELD, f"not valid UTF-8 JSON text: {exc}") from exc
-    except RecursionError:
-        # Nested deeper than Python's parser allows: the streaming scan names where.
-        del raw
-        locate_limit_violation(p, id_key)
-        raise DataError(p, FILE_RECORD, ROOT_FIELD,
-                        f"nested deeper than {MAX_DEPTH} levels") from None
-    except ValueError as exc:  # e.g. an integer with more digits than Python converts
-        raise DataError(p, FILE_RECORD, ROOT_FIELD, f"not valid JSON: {str(exc)[:200]}") from None
-    check_limits(p, data, id_key)
-    return data
-
-
-def _safe_is_gzip(path: Path) -> bool:
-    try:
-        return is_gzip(path)
-    except OSError:
-        return False
+        raise InputError(p, FILE_RECORD, ROOT_FIELD, f"cannot read file: {exc}") from exc
 
 
 def _ijson() -> Any:
@@ -123,13 +401,36 @@ def _ijson() -> Any:
     return ijson
 
 
+class _RunGuard:
+    """A stream for ``ijson`` that refuses a run of more than ``MAX_STRING_CHARS *
+    BYTES_PER_CHAR`` bytes without a ``"`` while reading (:class:`_RunWatch`; ijson builds a
+    string whole before handing it over); ``tripped`` says it did, ``read`` then returns no
+    more bytes."""
+
+    def __init__(self, f: CappedReader) -> None:
+        self._f = f
+        self._watch = _RunWatch()
+        self.tripped = False
+
+    def read(self, n: int = -1) -> bytes:
+        if self.tripped:
+            return b""
+        block = self._f.read(n)
+        if self._watch.over(block):
+            self.tripped = True
+            return b""
+        return block
+
+
 def iter_list_items(path: str | Path, id_key: str | None = None) -> Iterator[Any]:
     """The elements of the top-level JSON list of ``path`` (plain or gzipped), one at a time.
 
     Streams with ``ijson``: basic parse events are checked against :data:`MAX_DEPTH` and
     :data:`MAX_STRING_CHARS` *before* they reach the object builder, so a hostile file (say
     400 KB of nested ``[``) fails with one :class:`DataError` naming the record and the field
-    instead of growing the parser's memory. Syntax and read errors are :class:`DataError` too.
+    instead of growing the parser's memory; a string far over the limit is refused while it is
+    read, before ijson holds it. The file is read at most :data:`MAX_DATASET_BYTES` bytes. A
+    byte order mark is dropped. Syntax and read errors are :class:`DataError` too.
     """
     ijson = _ijson()
     from ijson.utils import sendable_list
@@ -137,7 +438,10 @@ def iter_list_items(path: str | Path, id_key: str | None = None) -> Iterator[Any
     backend = ijson.get_backend(ijson.backend)
     p = Path(path)
     too_deep = False
-    with open_binary(p) as f:
+    index = 0
+    with open_capped(p, MAX_DATASET_BYTES, "a dataset") as capped:
+        capped.skip_bom()
+        f = _RunGuard(capped)
         out = sendable_list()
         send = backend.parse_basecoro(backend.items_basecoro(out, "item")).send
         depth = 0
@@ -158,15 +462,23 @@ def iter_list_items(path: str | Path, id_key: str | None = None) -> Iterator[Any
                 if out:
                     items = list(out)
                     out.clear()
+                    index += len(items)
                     yield from items
         except ijson.JSONError as exc:
-            raise DataError(p, FILE_RECORD, ROOT_FIELD, f"not valid JSON: {exc}") from exc
+            if not f.tripped:
+                raise InputError(p, FILE_RECORD, ROOT_FIELD, f"not valid JSON: {exc}"
+                                 ) from None
         except (OSError, EOFError, zlib.error) as exc:
-            raise DataError(p, FILE_RECORD, ROOT_FIELD, f"cannot read file: {exc}") from exc
+            raise InputError(p, FILE_RECORD, ROOT_FIELD, f"cannot read file: {exc}") from exc
+        if f.tripped:
+            raise InputError(p, f"index {index}", ROOT_FIELD,
+                             f"a string (or value) longer than {MAX_STRING_CHARS} characters: "
+                             f"more than {MAX_STRING_CHARS * BYTES_PER_CHAR} bytes hold no "
+                             "'\"'; refusing to read further")
     if too_deep:
         locate_limit_violation(p, id_key)
-        raise DataError(p, FILE_RECORD, ROOT_FIELD,  # pragma: no cover - located above
-                        f"nested deeper than {MAX_DEPTH} levels or a string too long")
+        raise InputError(p, FILE_RECORD, ROOT_FIELD,  # pragma: no cover - located above
+                         f"nested deeper than {MAX_DEPTH} levels or a string too long")
 
 
 def _record_label(top_is_list: bool, key: str | int, rid: str | None, id_key: str | None
@@ -178,10 +490,82 @@ def _record_label(top_is_list: bool, key: str | int, rid: str | None, id_key: st
     return f"index {key}"
 
 
-def locate_limit_violation(path: str | Path, id_key: str | None = None) -> None:
-    """Stream ``path`` with full path tracking and raise the :class:`DataError` for its first
-    value (in file order) nested deeper than :data:`MAX_DEPTH` or a string longer than
-    :data:`MAX_STRING_CHARS`; return when there is none (or on a syntax error before one).
+class _Tracker:
+    """Where a stream of ``ijson`` basic parse events is, and the first limit it breaks."""
+
+    def __init__(self, id_key: str | None) -> None:
+        self.id_key = id_key
+        self.stack: list[list[Any]] = []  # per open container: [is_list, current index/key]
+        self.rid: str | None = None  # the id of the current top-level record
+
+    def feed(self, event: str, value: Any) -> str:
+        """Take one event; the reason it breaks a limit, or ``""``."""
+        stack = self.stack
+        if event == "end_map" or event == "end_array":
+            stack.pop()
+            if len(stack) == 1:
+                self.rid = None
+            return ""
+        if event == "map_key":
+            if len(value) > MAX_STRING_CHARS:
+                return f"a key of {len(value)} characters (limit {MAX_STRING_CHARS})"
+            stack[-1][1] = value
+            return ""
+        if stack and stack[-1][0]:
+            stack[-1][1] += 1
+        if event == "start_map" or event == "start_array":
+            if len(stack) >= MAX_DEPTH:
+                return (f"nested deeper than {MAX_DEPTH} levels (real files nest fewer than "
+                        "10); refusing to parse further")
+            stack.append([event == "start_array", -1])
+        elif event == "string":
+            if len(value) > MAX_STRING_CHARS:
+                return f"a string of {len(value)} characters (limit {MAX_STRING_CHARS})"
+            if (self.id_key and len(stack) == 2 and stack[0][0] and not stack[1][0]
+                    and stack[1][1] == self.id_key):
+                self.rid = value
+        return ""
+
+    def where(self, record: str | None, pending: bool = False) -> tuple[str, str]:
+        """``(record, field)`` of the current value; ``pending``: of the value about to
+        start (one past the current list index). ``record`` given (a line): it is the
+        record and the whole path the field."""
+        parts = [list(frame) for frame in self.stack]
+        if pending and parts and parts[-1][0]:
+            parts[-1][1] += 1
+        if record is None and not parts:
+            return FILE_RECORD, ROOT_FIELD
+        if record is None:
+            record = _record_label(parts[0][0], parts[0][1], self.rid, self.id_key)
+            parts = parts[1:]
+        field = format_field([part for _, part in parts])
+        if len(field) > MAX_FIELD_CHARS:
+            field = field[:MAX_FIELD_CHARS] + f"... ({len(parts)} levels)"
+        return record, field
+
+
+def _position(prefix: bytes, id_key: str | None) -> tuple[str, str]:
+    """``(record, field)`` of the value that starts right after ``prefix`` (a file's start,
+    cut inside it): where the parse of the prefix stops."""
+    ijson = _ijson()
+    tracker = _Tracker(id_key)
+    try:
+        for event, value in ijson.basic_parse(io.BytesIO(prefix), use_float=True):
+            if tracker.feed(event, value):
+                break
+    except ijson.JSONError:
+        pass  # the cut: expected
+    return tracker.where(None, pending=True)
+
+
+def locate_limit_violation(path: str | Path, id_key: str | None = None, *,
+                           source: str | bytes | None = None, record: str | None = None
+                           ) -> None:
+    """Stream ``path`` (or ``source``, its text already in memory) with full path tracking and
+    raise the :class:`InputError` for its first value (in file order) nested deeper than
+    :data:`MAX_DEPTH` or a string longer than :data:`MAX_STRING_CHARS`; return when there is
+    none (or on a syntax error before one). ``record`` (a line of JSON lines): the record
+    every error names, the whole path being the field.
 
     The slow path of :func:`iter_list_items` and :func:`read_json`: it runs only once a
     violation is known, so the common path does not pay for tracking field paths. Memory
@@ -189,80 +573,71 @@ def locate_limit_violation(path: str | Path, id_key: str | None = None) -> None:
     """
     ijson = _ijson()
     p = Path(path)
-    stack: list[list[Any]] = []  # per open container: [is_list, current index or key]
-    rid: str | None = None
+    tracker = _Tracker(id_key)
     reason = ""
     try:
-        with open_binary(p) as f:
+        with _source_stream(p, source) as f:
             for event, value in ijson.basic_parse(f, use_float=True):
-                if event == "end_map" or event == "end_array":
-                    stack.pop()
-                    if len(stack) == 1:
-                        rid = None
-                    continue
-                if event == "map_key":
-                    if len(value) > MAX_STRING_CHARS:
-                        reason = f"a key of {len(value)} characters (limit {MAX_STRING_CHARS})"
-                        break
-                    stack[-1][1] = value
-                    continue
-                if stack and stack[-1][0]:
-                    stack[-1][1] += 1
-                if event == "start_map" or event == "start_array":
-                    if len(stack) >= MAX_DEPTH:
-                        reason = (f"nested deeper than {MAX_DEPTH} levels (real datasets nest "
-                                  "fewer than 10); refusing to parse further")
-                        break
-                    stack.append([event == "start_array", -1])
-                elif event == "string":
-                    if len(value) > MAX_STRING_CHARS:
-                        reason = (f"a string of {len(value)} characters "
-                                  f"(limit {MAX_STRING_CHARS})")
-                        break
-                    if (id_key and len(stack) == 2 and stack[0][0] and not stack[1][0]
-                            and stack[1][1] == id_key):
-                        rid = value
-    except (ijson.JSONError, OSError, EOFError, zlib.error):
+                reason = tracker.feed(event, value)
+                if reason:
+                    break
+    except (ijson.JSONError, OSError, EOFError, zlib.error, DataError):
         return
-    if not reason:
-        return
-    if not stack:
-        raise DataError(p, FILE_RECORD, ROOT_FIELD, reason)
-    record = _record_label(stack[0][0], stack[0][1], rid, id_key)
-    field = format_field([part for _, part in stack[1:]])
-    if len(field) > MAX_FIELD_CHARS:
-        field = field[:MAX_FIELD_CHARS] + f"... ({len(stack) - 1} levels)"
-    raise DataError(p, record, field, reason)
+    if reason:
+        where_record, field = tracker.where(record)
+        raise InputError(p, where_record, field, reason)
 
 
-def check_limits(path: str | Path, data: Any, id_key: str | None = None) -> None:
-    """Raise the :class:`DataError` of :func:`locate_limit_violation` when the parsed ``data``
-    of ``path`` nests deeper than :data:`MAX_DEPTH` or holds a string longer than
-    :data:`MAX_STRING_CHARS`. Iterative (no recursion), so it is safe to run before schema
-    validation, which recurses once per level."""
+@contextmanager
+def _source_stream(path: Path, source: str | bytes | None) -> Iterator[Any]:
+    """A binary stream of ``source`` (text in memory) or else of the file ``path``."""
+    if source is None:
+        with open_capped(path, MAX_DATASET_BYTES) as f:
+            f.skip_bom()
+            yield f
+        return
+    raw = source.encode("utf-8", "surrogatepass") if isinstance(source, str) else source
+    yield io.BytesIO(raw)
+
+
+def check_limits(path: str | Path, data: Any, id_key: str | None = None, *,
+                 source: str | bytes | None = None, record: str | None = None) -> None:
+    """Raise the :class:`InputError` of :func:`locate_limit_violation` when the parsed
+    ``data`` of ``path`` (``source``: its text, when in memory; ``record``: a line) nests
+    deeper than :data:`MAX_DEPTH` or holds a string longer than :data:`MAX_STRING_CHARS`.
+    Iterative (no recursion), so it is safe to run before schema validation, which recurses
+    once per level."""
+    if not _breaks_limits(data):
+        return
+    locate_limit_violation(path, id_key, source=source, record=record)
+    raise InputError(path, record or FILE_RECORD, ROOT_FIELD,  # pragma: no cover - located
+                     f"nested deeper than {MAX_DEPTH} levels or a string too long")
+
+
+def _breaks_limits(data: Any) -> bool:
+    """Whether ``data`` nests deeper than :data:`MAX_DEPTH` or holds a longer string than
+    :data:`MAX_STRING_CHARS` (iterative)."""
+    if isinstance(data, str):
+        return len(data) > MAX_STRING_CHARS
     stack: list[tuple[Any, int]] = [(data, 1)]
-    bad = False
-    while stack and not bad:
+    while stack:
         obj, depth = stack.pop()
         if isinstance(obj, dict):
             if depth > MAX_DEPTH or any(len(k) > MAX_STRING_CHARS for k in obj):
-                bad = True
+                return True
             children: Iterable[Any] = obj.values()
         elif isinstance(obj, list):
-            bad = depth > MAX_DEPTH
+            if depth > MAX_DEPTH:
+                return True
             children = obj
         else:
-            bad = isinstance(obj, str) and len(obj) > MAX_STRING_CHARS
             continue
         for child in children:
             if isinstance(child, (dict, list)):
                 stack.append((child, depth + 1))
             elif isinstance(child, str) and len(child) > MAX_STRING_CHARS:
-                bad = True
-    if bad:
-        locate_limit_violation(path, id_key)
-        raise DataError(path, FILE_RECORD, ROOT_FIELD,  # pragma: no cover - located above
-                        f"nested deeper than {MAX_DEPTH} levels or a string too long")
+                return True
+    return False
 
 
 def load_schema(name: str) -> dict[str, Any]:

@@ -40,10 +40,10 @@ from jsonschema import Draft202012Validator
 from engram_eval.data._jsonio import (
     FILE_RECORD,
     ROOT_FIELD,
+    first_byte,
     first_error,
     iter_list_items,
     load_schema,
-    open_binary,
     read_json,
     record_validator,
     schema_error_to_data_error,
@@ -137,7 +137,7 @@ def iter_longmemeval(
     parse = _record_parser(path, allow_duplicate_date_mismatch)
     p = Path(path)
     try:
-        first = _first_byte(p)
+        first = first_byte(p)
     except (OSError, EOFError, zlib.error) as exc:
         raise DataError(p, FILE_RECORD, ROOT_FIELD, f"cannot read file: {exc}") from exc
     if first != b"[":
@@ -168,18 +168,6 @@ def _record_parser(
         )
 
     return parse
-
-
-def _first_byte(path: Path) -> bytes:
-    """The first non-whitespace byte of the (decompressed) file, b"" when empty."""
-    with open_binary(path) as f:
-        while True:
-            block = f.read(4096)
-            if not block:
-                return b""
-            stripped = block.lstrip()
-            if stripped:
-                return stripped[:1]
 
 
 def record_name(raw: object, index: int) -> str:

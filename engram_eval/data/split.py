@@ -50,13 +50,21 @@ import hashlib
 import json
 import math
 import os
-import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engram_eval.data._jsonio import (
+    MAX_DATASET_BYTES,
+    MAX_DOCUMENT_BYTES,
+    check_limits,
+    gunzip_capped,
+    parse_json_text,
+    read_json_document,
+    read_stored_bytes,
+)
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
 from engram_eval.io import dump_json, exclusive_write, remove_contained, sha256_file
 
@@ -82,25 +90,39 @@ class SourceLayout:
 
 
 def _decode_text(path: Path, data: bytes) -> str:
-    if data[:2] == GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            raise DataError(path, "(file)", "(root)", f"not a valid gzip stream: {e}") from None
+    data = gunzip_capped(path, data, MAX_DATASET_BYTES, "a dataset")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise DataError(path, "(file)", "(root)", f"not valid UTF-8 text: {e}") from None
 
 
+def _record_end(text: str, start: int) -> int:
+    """Where the record starting at ``start`` ends: the bracket matching its first one
+    (strings skipped), found without recursion; the end of ``text`` when unbalanced."""
+    import re
+
+    depth = 0
+    for m in re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]').finditer(text, start):
+        tok = m.group()
+        if tok in "[{":
+            depth += 1
+        elif tok in "]}":
+            depth -= 1
+        if depth == 0:
+            return m.end()
+    return len(text)
+
+
 def read_layout(path: str | Path, data: bytes | None = None) -> SourceLayout:
     """Parse a top-level JSON list keeping every record's exact source text."""
     p = Path(path)
-    text = _decode_text(p, p.read_bytes() if data is None else data)
+    text = _decode_text(p, read_stored_bytes(p, MAX_DATASET_BYTES, "a dataset")
+                        if data is None else data)
     dec = json.JSONDecoder()
     i = 0
     n = len(text)
-    while i < n and text[i].isspace():
+    while i < n and (text[i].isspace() or (i == 0 and text[i] == "\ufeff")):  # BOM: framing
         i += 1
     if i >= n or text[i] != "[":
         raise DataError(p, "(file)", "(root)", "expected a JSON list of records")
@@ -120,6 +142,13 @@ def read_layout(path: str | Path, data: bytes | None = None) -> SourceLayout:
         except json.JSONDecodeError as e:
             raise DataError(p, f"index {len(records)}", "(root)",
                             f"not valid JSON: {e.msg} at char {e.pos}") from None
+        except RecursionError:  # nested too deep: the bounded parser names where
+            parse_json_text(p, text[j:_record_end(text, j)], f"index {len(records)}")
+            raise  # pragma: no cover - parse_json_text raised
+        except ValueError as e:  # e.g. an integer with more digits than Python converts
+            raise DataError(p, f"index {len(records)}", "(root)",
+                            f"not valid JSON: {str(e)[:200]}") from None
+        check_limits(p, obj, source=text[j:end], record=f"index {len(records)}")
         records.append(obj)
         raw.append(text[j:end])
         spans.append((j, end))
@@ -399,8 +428,8 @@ def part_marker(dataset_path: str | Path) -> dict[str, Any] | None:
     if not mp.exists():
         return None
     try:
-        marker = json.loads(mp.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        marker = read_json_document(mp, what="a split marker")
+    except OSError as e:
         raise ProvenanceError(f"{mp}: unreadable split marker ({e})") from None
     need = ("split_manifest_sha256", "part", "part_sha256", "source_sha256", "salt")
     if not isinstance(marker, dict) or any(k not in marker for k in need):
@@ -420,8 +449,8 @@ def verify_split(manifest_path: str | Path, source: str | Path | None = None) ->
     """Problems found re-checking a split directory (empty list = consistent): part hashes,
     markers, and, with ``source``, the source hash and a re-derivation of the ids."""
     mp = Path(manifest_path)
-    data = mp.read_bytes()
-    manifest = json.loads(data)
+    data = read_stored_bytes(mp, MAX_DOCUMENT_BYTES, "a split manifest")
+    manifest = parse_json_text(mp, data)
     msha = hashlib.sha256(data).hexdigest()
     problems = []
     for name in PARTS:

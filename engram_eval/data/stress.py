@@ -72,9 +72,9 @@ def raw_records(path: str | Path) -> Iterator[dict[str, Any]]:
     import zlib
 
     from engram_eval.data._jsonio import (
+        first_byte,
         iter_list_items,
         load_schema,
-        open_binary,
         record_validator,
     )
     from engram_eval.data.longmemeval import SCHEMA_NAME, iter_longmemeval, parse_record
@@ -84,8 +84,7 @@ def raw_records(path: str | Path) -> Iterator[dict[str, Any]]:
     if why:
         raise DataError(p, "(file)", "(root)", f"dataset {why}")
     try:
-        with open_binary(p) as f:
-            head = f.read(4096).lstrip()[:1]
+        head = first_byte(p)
     except (OSError, EOFError, zlib.error) as e:
         raise DataError(p, "(file)", "(root)", f"cannot read file: {e}") from e
     if head != b"[":

@@ -57,25 +57,17 @@ def _from_mapping(path: str | Path, data: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _read_jsonl(path: str | Path) -> list[Any]:
-    """The values of a JSONL file, one per line; a blank line is kept as a placeholder so
-    that a value's position is its line number minus one (errors name ``line N``)."""
-    import json
-
-    from engram_eval.data._jsonio import open_text
+    """The values of a JSONL file, one per line (:func:`iter_json_lines`: bounded, every
+    failure one error naming the line); a blank line is kept as a placeholder so that a
+    value's position is its line number minus one (errors name ``line N``)."""
+    from engram_eval.data._jsonio import iter_json_lines
 
     out: list[Any] = []
     try:
-        with open_text(path) as f:
-            for n, line in enumerate(f, start=1):
-                if not line.strip():
-                    out.append(_BLANK)
-                    continue
-                try:
-                    out.append(json.loads(line))
-                except ValueError as e:
-                    raise DataError(path, f"line {n}", "(record)", f"not valid JSON: {e}"
-                                    ) from None
-    except (OSError, EOFError, UnicodeDecodeError) as e:
+        for n, value in iter_json_lines(path, what="a translations file"):
+            out.extend([_BLANK] * (n - 1 - len(out)))
+            out.append(value)
+    except FileNotFoundError as e:
         raise DataError(path, FILE_RECORD, ROOT_FIELD, f"cannot read file: {e}") from None
     return out
 

@@ -41,7 +41,6 @@ memory is not checked for factual truth or completeness.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Sequence
@@ -51,8 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from engram_eval.data._jsonio import read_json_document
 from engram_eval.errors import ConfigError
-from engram_eval.io import read_regular_text
 from engram_eval.retrieval.passages import content_terms, terms_match
 from engram_eval.retrieval.rerank import sigmoid
 
@@ -143,8 +142,8 @@ def _context_calibration(doc: dict[str, Any], p: Path) -> ContextCalibration:
 def load_calibration(path: str | Path) -> Calibration | ContextCalibration:
     p = Path(path)
     try:
-        doc = json.loads(read_regular_text(p))
-    except (OSError, ValueError) as e:
+        doc = read_json_document(p, what="a calibration file")
+    except OSError as e:
         raise ConfigError(f"{p}: calibration file is not readable JSON: {e}") from None
     if doc.get("kind") == CALIBRATION_KIND and doc.get("version") == 3:
         cal = _context_calibration(doc, p)

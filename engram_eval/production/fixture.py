@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engram_eval.data._jsonio import read_json_document
 from engram_eval.errors import DataError
-from engram_eval.io import read_regular_text
 from engram_eval.production.store import Memory
 
 #: A fixture ``name`` and a ``case_id`` name files (``WORK_DIR/NAME/CASE_ID.sqlite``), so they
@@ -141,10 +141,10 @@ def validate_document(doc: Any, path: str | Path) -> None:
 def read_document(path: str | Path) -> Any:
     p = Path(path)
     try:
-        return json.loads(read_regular_text(p))
+        return read_json_document(p, what="a fixture")
     except FileNotFoundError:
         raise DataError(p, "(file)", "(file)", "fixture file not found") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+    except OSError as e:
         raise DataError(p, "(file)", "(file)", f"not readable JSON: {e}") from None
 
 

@@ -39,7 +39,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from engram_eval.errors import DataError, ProvenanceError, StorageError
+from engram_eval.data._jsonio import parse_json_text
+from engram_eval.errors import DataError, InputError, ProvenanceError, StorageError
 from engram_eval.io import make_parent, remove_contained, storage_errors
 
 FORMAT_VERSION = 1
@@ -48,6 +49,20 @@ TABLES = {"meta": ("key", "value"), "memories": ("seq", "id", "text", "date"),
           "pieces": ("memory_seq", "piece_index", "text", "vector")}
 _DAMAGED = "the memory store is damaged; rebuild it"
 
+
+
+def _meta_value(path: Path, key: str, value: Any) -> Any:
+    """The JSON ``value`` of meta ``key`` in the store ``path``, parsed under the bounded
+    reader's limits (:func:`engram_eval.data._jsonio.parse_json_text`); anything else is one
+    :class:`DataError` naming the key and saying the store is damaged."""
+    if not isinstance(value, (str, bytes)):
+        raise DataError(path, f"meta {key!r}", "value", f"not JSON (a {type(value).__name__}); "
+                        f"{_DAMAGED}")
+    try:
+        return parse_json_text(path, value, f"meta {key!r}")
+    except InputError as e:
+        field = "value" if e.field == "(root)" else f"value.{e.field}"
+        raise DataError(path, f"meta {key!r}", field, f"{e.reason}; {_DAMAGED}") from None
 
 @contextmanager
 def _reading(path: Path) -> Iterator[None]:
@@ -189,11 +204,7 @@ class MemoryStore:
             rows = list(conn.execute("SELECT key, value FROM meta"))
         meta: dict[str, Any] = {}
         for k, v in rows:
-            try:
-                meta[k] = json.loads(v)
-            except (TypeError, ValueError) as e:
-                raise DataError(p, f"meta {k!r}", "value", f"not JSON ({e}); {_DAMAGED}"
-                                ) from None
+            meta[k] = _meta_value(p, k, v)
         dim = meta.get("dim")
         if "dim" in meta and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
             raise DataError(p, "meta 'dim'", "value", f"{dim!r} is not a positive vector "
@@ -206,11 +217,7 @@ class MemoryStore:
             row = self.conn.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
         if row is None:
             return None
-        try:
-            dim = json.loads(row[0])
-        except (TypeError, ValueError) as e:
-            raise DataError(self.path, "meta 'dim'", "value", f"not JSON ({e}); {_DAMAGED}"
-                            ) from None
+        dim = _meta_value(self.path, "dim", row[0])
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
             raise DataError(self.path, "meta 'dim'", "value", f"{dim!r} is not a positive "
                             f"vector dimension; {_DAMAGED}")

@@ -36,11 +36,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from engram_eval.data._jsonio import read_json_document
 from engram_eval.errors import ProvenanceError
 from engram_eval.io import (
     atomic_write,
     exclusive_write,
-    read_regular_text,
     sha256_file,
     sha256_json,
 )
@@ -134,10 +134,10 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
     its fields (an edited manifest)."""
     p = Path(path)
     try:
-        m = json.loads(read_regular_text(p))
+        m = read_json_document(p, what="a frozen manifest")
     except FileNotFoundError:
         raise ProvenanceError(f"{p}: frozen manifest not found") from None
-    except (OSError, ValueError) as e:
+    except OSError as e:
         raise ProvenanceError(f"{p}: frozen manifest is not readable JSON: {e}") from None
     if not isinstance(m, dict) or m.get("kind") != MANIFEST_KIND:
         raise ProvenanceError(f"{p}: not a frozen-source manifest (kind must be {MANIFEST_KIND!r})")
@@ -232,8 +232,8 @@ def read_ledger(path: str | Path) -> dict[str, Any]:
     if not p.exists():
         return {"schema_version": SCHEMA_VERSION, "kind": LEDGER_KIND, "inputs": {}}
     try:
-        data = json.loads(read_regular_text(p))
-    except (OSError, ValueError) as e:
+        data = read_json_document(p, what="the held-out ledger")
+    except OSError as e:
         raise ProvenanceError(f"{p}: held-out ledger is not readable JSON: {e}") from None
     if not isinstance(data, dict) or data.get("kind") != LEDGER_KIND:
         raise ProvenanceError(f"{p}: not a held-out ledger (kind must be {LEDGER_KIND!r})")
@@ -325,7 +325,7 @@ def heldout_marker(dataset: str | Path) -> dict[str, Any] | None:
         from engram_eval.data.split import part_marker
     except ImportError:  # pragma: no cover - split module absent
         mp = Path(str(dataset) + ".split.json")
-        marker = json.loads(mp.read_text(encoding="utf-8")) if mp.exists() else None
+        marker = read_json_document(mp) if mp.exists() else None
     else:
         marker = part_marker(dataset)
     return marker if marker and marker.get("part") == "heldout" else None

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import os
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -66,6 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engram_eval.data._jsonio import read_json_document
 from engram_eval.io import open_regular
 
 ENV_ROOTS = "ENGRAM_EVAL_HELDOUT_ROOTS"
@@ -178,9 +178,8 @@ def _read_doc(p: Path) -> Any:
             head = f.read(64).lstrip()
             if not head.startswith(b"{"):
                 return None
-            f.seek(0)
-            doc = json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError):
+        doc = read_json_document(p, limit=MAX_SCAN_BYTES)
+    except (OSError, ValueError):  # InputError is a ValueError
         return None
     return doc if isinstance(doc, dict) else None
 

@@ -36,7 +36,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from engram_eval.data._jsonio import load_schema
+from engram_eval.data._jsonio import load_schema, read_json_document
 from engram_eval.errors import ProvenanceError, StorageError
 from engram_eval.io import (
     canonical_json,
@@ -44,7 +44,6 @@ from engram_eval.io import (
     exclusive_write,
     make_parent,
     package_root,
-    read_regular_text,
     refuse_links,
     remove_contained,
     sha256_file,
@@ -227,8 +226,8 @@ def read_sidecar(output: str | Path) -> dict[str, Any]:
         raise ProvenanceError(f"{path}: metadata sidecar is missing; the result file "
                               f"{output} cannot be resumed or verified without it")
     try:
-        meta = json.loads(read_regular_text(path))
-    except (OSError, ValueError) as e:
+        meta = read_json_document(path, what="a metadata sidecar")
+    except OSError as e:
         raise ProvenanceError(f"{path}: sidecar is not readable JSON: {e}") from None
     validate_sidecar(meta, path)
     return meta
@@ -319,6 +318,6 @@ def record_run(output: str | Path, entry: Mapping[str, Any]) -> None:
     from engram_eval.io import atomic_write
 
     side = sidecar_path(output)
-    meta = json.loads(side.read_text(encoding="utf-8"))
+    meta = read_json_document(side, what="a metadata sidecar")
     meta.setdefault("runs", []).append(dict(entry))
     atomic_write(side, json.dumps(meta, indent=2, ensure_ascii=False) + "\n")

@@ -14,7 +14,6 @@ only a torn last line, saying so.
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,8 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from engram_eval.data._jsonio import read_json_document
 from engram_eval.errors import ConfigError, ProvenanceError
-from engram_eval.io import read_regular_text, sha256_json
+from engram_eval.io import sha256_json
 from engram_eval.provenance.sidecar import claim_output, diff, record_run, sidecar_path
 from engram_eval.runs.rows import OutputLock, RowScan, is_compressed, scan_rows, truncate_torn_tail
 
@@ -74,8 +74,8 @@ def read_plain_sidecar(output: str | Path) -> dict[str, Any]:
         raise ProvenanceError(f"{side}: sidecar is missing; {output} cannot be resumed or "
                               "checked without it")
     try:
-        meta = json.loads(read_regular_text(side))
-    except (OSError, ValueError) as e:
+        meta = read_json_document(side, what="a sidecar")
+    except OSError as e:
         raise ProvenanceError(f"{side}: not readable JSON ({e})") from None
     if not isinstance(meta, dict):
         raise ProvenanceError(f"{side}: the sidecar is not a JSON object")

@@ -19,7 +19,6 @@ A hypothesis row that records ``hypothesis_sha256`` (written by ``answer``) must
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from engram_eval.data._jsonio import read_json_document
 from engram_eval.data.datasets import open_source
 from engram_eval.data.records import Question
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
@@ -101,7 +101,7 @@ def read_hypotheses(path: str | Path) -> tuple[list[dict[str, Any]], str, dict[s
                                   "'hypothesis' does not match its hypothesis_sha256 (the "
                                   "text was changed after it was written)")
     side = sidecar_path(path)
-    meta = json.loads(side.read_text(encoding="utf-8")) if side.exists() else None
+    meta = read_json_document(side, what="a sidecar") if side.exists() else None
     if meta is not None:
         done = [e for e in meta.get("runs", []) if e.get("completed")]
         if not done or done[-1].get("rows_sha256") != scan.sha256:

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from engram_eval.data._jsonio import read_json_document
 from engram_eval.retrieval.cache import VectorCache, content_key, library_versions
 from engram_eval.retrieval.models import ModelRef
 
@@ -104,12 +105,11 @@ class SentenceTransformersEmbedder(_LocalEmbedder):
 def pooling_method(model_dir: str) -> str:
     """The pooling a sentence-transformers model directory declares (``1_Pooling``), as
     FlagEmbedding names it: ``mean`` or ``cls``. BGE models (no pooling file) use ``cls``."""
-    import json
     from pathlib import Path
 
     cfg = Path(model_dir) / "1_Pooling" / "config.json"
     if cfg.is_file():
-        conf = json.loads(cfg.read_text(encoding="utf-8"))
+        conf = read_json_document(cfg)
         if conf.get("pooling_mode_mean_tokens"):
             return "mean"
     return "cls"
@@ -165,13 +165,12 @@ class OnnxEmbedder(_LocalEmbedder):
 
     def load(self) -> Any:
         if self._model is None:
-            import json
             from pathlib import Path
 
             ort = _import("onnxruntime", "'onnxruntime>=1.17'")
             tokenizers = _import("tokenizers", "tokenizers")
             d = Path(self.ref.path)
-            self._info = json.loads((d / "export.json").read_text(encoding="utf-8"))
+            self._info = read_json_document(d / "export.json")
             opts = ort.SessionOptions()
             if self.threads:
                 opts.intra_op_num_threads = self.threads

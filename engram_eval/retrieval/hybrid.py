@@ -74,6 +74,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from engram_eval.data._jsonio import read_json_document
 from engram_eval.data.records import (
     Question,
     Session,
@@ -90,7 +91,6 @@ def token_counter(model_dir: str) -> tuple[Any, int] | None:
     """(count_tokens, limit) from the model's ``tokenizer.json`` and its sentence-transformers
     ``max_seq_length``, read with the light ``tokenizers`` library so that a fully cached run
     never loads the model. None when the files are absent (word windows only)."""
-    import json
     from pathlib import Path
 
     d = Path(model_dir)
@@ -106,7 +106,7 @@ def token_counter(model_dir: str) -> tuple[Any, int] | None:
     limit = 512
     cfg = d / "sentence_bert_config.json"
     if cfg.is_file():
-        limit = int(json.loads(cfg.read_text()).get("max_seq_length", limit))
+        limit = int(read_json_document(cfg).get("max_seq_length", limit))
 
     def count(text: str) -> int:
         return len(tok.encode(text, add_special_tokens=False).ids)

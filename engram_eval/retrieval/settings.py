@@ -322,8 +322,12 @@ class RetrievalSettings:
                 raise ConfigError(f"config field people_overrides: {bad[0]!r} is not a fusion, "
                                   f"temporal, per-structure lexical or rerank field; allowed: "
                                   f"{sorted(allowed)}")
+            # Checked on the retrieval fields alone: a subclass's own fields (a RunConfig's
+            # --shard, ...) are its own to check and never reported as people_overrides.
+            applied = {f.name: getattr(self, f.name) for f in fields(RetrievalSettings)}
+            applied.update(people_overrides={}, **self.people_overrides)
             try:
-                dataclasses.replace(self, people_overrides={}, **self.people_overrides)
+                RetrievalSettings(**applied)
             except ConfigError as e:
                 raise ConfigError(f"config field people_overrides: {e}") from None
 

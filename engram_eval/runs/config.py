@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -264,6 +265,40 @@ def _coerce(f: dataclasses.Field[Any], v: Any, source: str) -> Any:
     return v  # pragma: no cover
 
 
+def finite_float(text: str) -> float:
+    """``argparse`` type of a float option: a finite number; NaN and infinities are one
+    usage error naming the option (argparse adds it)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def seed_int(text: str) -> int:
+    """``argparse`` type of a seed option: an integer >= 0 (a negative seed is one usage
+    error naming the option)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a seed must be >= 0")
+    return value
+
+
+def _arg_type(name: str, type_name: str) -> Any:
+    """The ``argparse`` type of the option of field ``name`` (declared as ``type_name``)."""
+    base = type_name.split(" ")[0]
+    if base == "float":
+        return finite_float
+    if base == "int":
+        return seed_int if name.endswith("seed") else int
+    return str
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one option per CLI-settable field, in argument groups by pipeline stage
     (selection, dense, lexical, fusion, temporal, rerank, coverage, runtime); every default
@@ -283,8 +318,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             target.add_argument(opt, dest=f.name, action=argparse.BooleanOptionalAction,
                                 default=None, help=help_text)
         else:
-            kind: Any = {"int": int, "float": float, "str": str}.get(t.split(" ")[0], str)
-            target.add_argument(opt, dest=f.name, type=kind, default=None, help=help_text,
+            target.add_argument(opt, dest=f.name, type=_arg_type(f.name, t), default=None, help=help_text,
                                 choices=m["choices"])
     groups["selection"].add_argument("--question-id", dest="question_ids", action="append",
                                      default=None,

@@ -20,12 +20,12 @@ the steps (:func:`read_metadata`, :func:`read_rows`, :func:`read_summary`) one b
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engram_eval.data._jsonio import read_json_document
 from engram_eval.errors import ProvenanceError
 from engram_eval.provenance.sidecar import read_sidecar, sidecar_path, summary_path
 from engram_eval.runs.rows import RowScan, scan_rows
@@ -82,8 +82,10 @@ def _read_json_object(path: Path, what: str) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        obj = read_json_document(path, what=f"a {what}")
+    except FileNotFoundError:
+        return None
+    except OSError as e:
         raise ProvenanceError(f"{path}: not readable JSON ({e})") from None
     if not isinstance(obj, dict):
         raise ProvenanceError(f"{path}: the {what} is not a JSON object")

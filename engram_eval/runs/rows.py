@@ -21,9 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engram_eval.data._jsonio import is_gzip, open_binary
+from engram_eval.data._jsonio import (
+    MAX_LINES_BYTES,
+    is_gzip,
+    open_binary,
+    open_capped,
+    parse_json_line,
+)
 from engram_eval.data.records import Question
-from engram_eval.errors import ProvenanceError, StorageError
+from engram_eval.errors import InputError, ProvenanceError, StorageError
 from engram_eval.io import storage_errors
 from engram_eval.scoring import protocols as P
 
@@ -66,14 +72,12 @@ def open_rows(path: str | Path) -> Any:
 
 
 def read_rows_bytes(path: str | Path) -> bytes:
-    try:
-        with open_rows(path) as f:
-            data: bytes = f.read()
-    except FileNotFoundError:
-        raise
-    except (OSError, EOFError) as e:
-        raise ProvenanceError(f"{path}: cannot read the result file: {e}") from None
-    return data
+    """The uncompressed rows bytes, as they are (what the rows hash covers), read through the
+    bounded reader: a regular file only, at most :data:`MAX_LINES_BYTES` bytes (decompressed,
+    counted while reading). A missing file is ``FileNotFoundError``; any other failure one
+    :class:`InputError` naming the file."""
+    with open_capped(path, MAX_LINES_BYTES, "a result file") as f:
+        return f.read()
 
 
 def rows_sha256(path: str | Path) -> str:
@@ -94,23 +98,13 @@ def scan_rows(path: str | Path, *, allowed_ids: Iterable[str] | None = None,
     seen: dict[str, int] = {}
     lines = data.split(b"\n")
     tail = lines.pop()  # bytes after the last newline ("" when the file ends cleanly)
-    torn = 0
-    if tail:
-        try:
-            obj = json.loads(tail)
-            ok = isinstance(obj, dict)
-        except ValueError:
-            ok = False
-        torn = len(tail)
-        if ok:
-            # A complete row whose newline was lost: still treated as torn (rewritten).
-            pass
+    torn = len(tail)  # a complete row whose newline was lost is torn too (rewritten)
     for n, raw in enumerate(lines, start=1):
         try:
-            obj = json.loads(raw)
-        except ValueError as e:
-            raise ProvenanceError(f"{path}: line {n} is not valid JSON ({e}); the file is "
-                                  "corrupt beyond a torn last line, refusing") from None
+            obj = parse_json_line(path, n, raw)
+        except InputError as e:
+            raise InputError(e.path, e.record, e.field, f"{e.reason}; the file is corrupt "
+                             "beyond a torn last line, refusing") from None
         if not isinstance(obj, dict):
             raise ProvenanceError(f"{path}: line {n} is not a JSON object")
         for f in required:

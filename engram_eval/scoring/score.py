@@ -11,12 +11,11 @@ package are measured identically.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from engram_eval.data._jsonio import open_text
+from engram_eval.data._jsonio import iter_json_lines
 from engram_eval.data.datasets import load_questions
 from engram_eval.data.records import Question
 from engram_eval.errors import DataError
@@ -30,33 +29,26 @@ def read_rankings(path: str | Path, known: Collection[str] | None = None
     """Parse ``{question_id, ranked_session_ids}`` lines; with ``known``, a question id
     outside it is an error naming its line."""
     out: dict[str, list[str]] = {}
-    with open_text(path) as f:  # plain or gzipped
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError as e:
-                raise DataError(path, f"line {n}", "(json)", f"not valid JSON: {e}") from None
-            if not isinstance(obj, dict):
-                raise DataError(path, f"line {n}", "(row)", "must be a JSON object")
-            qid = obj.get("question_id")
-            ranked = obj.get("ranked_session_ids")
-            if not isinstance(qid, str):
-                raise DataError(path, f"line {n}", "question_id", "missing or not a string")
-            if not isinstance(ranked, list) or not all(isinstance(x, str) for x in ranked):
-                raise DataError(path, f"line {n} (question_id={qid})", "ranked_session_ids",
-                                "missing or not a list of strings")
-            if known is not None and qid not in known:
-                raise DataError(path, f"line {n} (question_id={qid})", "question_id",
-                                "not a question of the dataset")
-            if qid in out:
-                raise DataError(path, f"line {n} (question_id={qid})", "question_id",
-                                "duplicate question id")
-            if len(set(ranked)) != len(ranked):
-                raise DataError(path, f"line {n} (question_id={qid})", "ranked_session_ids",
-                                "repeats a session id")
-            out[qid] = ranked
+    for n, obj in iter_json_lines(path, what="a rankings file"):  # plain or gzipped, bounded
+        if not isinstance(obj, dict):
+            raise DataError(path, f"line {n}", "(row)", "must be a JSON object")
+        qid = obj.get("question_id")
+        ranked = obj.get("ranked_session_ids")
+        if not isinstance(qid, str):
+            raise DataError(path, f"line {n}", "question_id", "missing or not a string")
+        if not isinstance(ranked, list) or not all(isinstance(x, str) for x in ranked):
+            raise DataError(path, f"line {n} (question_id={qid})", "ranked_session_ids",
+                            "missing or not a list of strings")
+        if known is not None and qid not in known:
+            raise DataError(path, f"line {n} (question_id={qid})", "question_id",
+                            "not a question of the dataset")
+        if qid in out:
+            raise DataError(path, f"line {n} (question_id={qid})", "question_id",
+                            "duplicate question id")
+        if len(set(ranked)) != len(ranked):
+            raise DataError(path, f"line {n} (question_id={qid})", "ranked_session_ids",
+                            "repeats a session id")
+        out[qid] = ranked
     return out
 
 
