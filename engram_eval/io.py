@@ -516,3 +516,20 @@ def package_root() -> Path:
     """Directory that holds the ``engram_eval`` package (hashed source paths are relative to
     it)."""
     return Path(__file__).resolve().parent.parent
+
+
+@contextmanager
+def file_lock(path: str | Path) -> Iterator[None]:
+    """An exclusive advisory lock (``flock``) on ``<path>.lock`` for the ``with`` block;
+    ``path``'s directory is created if needed. Serialises read-modify-write of one small
+    JSON file (the held-out ledger, the held-out registry) between processes."""
+    import fcntl
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(str(p) + ".lock", "a+") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)

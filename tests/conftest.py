@@ -17,6 +17,18 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+@pytest.fixture(autouse=True)
+def _private_heldout_registry(tmp_path_factory: pytest.TempPathFactory,
+                              monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own empty held-out registry (``engram-eval split`` registers the
+    held-out part it writes there), never the user's."""
+    from engram_eval.provenance.heldout import ENV_REGISTRY
+
+    path = tmp_path_factory.mktemp("registry") / "heldout_registry.json"
+    monkeypatch.setenv(ENV_REGISTRY, str(path))
+    return path
+
+
 # --------------------------------------------------------------------------- tiny models
 # Built once per test session from random weights (tests/tiny_models.py); nothing is
 # downloaded. Heavy libraries are imported only when a test asks for one of these.

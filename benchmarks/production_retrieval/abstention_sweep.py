@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from engram_eval.io import dump_json, exclusive_write, sha256_file
     from engram_eval.production.search import Engine
     from engram_eval.production.sessions import search_all, session_questions
+    from engram_eval.provenance.guard import refuse_heldout
 
     out = Path(args.output)
     png = out.with_suffix(".png")
@@ -55,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         for f in (out, png):
             if f.exists():
                 raise EngramEvalError(f"{f} already exists; refusing to overwrite")
+        # the one held-out guard: a sweep chooses a cut-off, so it never reads held-out data
+        refuse_heldout(args.dataset, "the abstention sweep chooses settings, on tuning data "
+                       "only")
         cache = None
         if not args.no_cache:
             from engram_eval.retrieval.cache import VectorCache, default_cache_dir

@@ -152,7 +152,7 @@ def cmd_measure(args) -> int:  # type: ignore[no-untyped-def]
     from engram_eval.production.confidence import ContextCalibration
     from engram_eval.production.runner import effective_settings
     from engram_eval.provenance import frozen as F
-    from engram_eval.provenance.heldout import find_heldout
+    from engram_eval.provenance.guard import gate_heldout
 
     root = _common.check_source_root(args.source_root)
     engine = _engine(args)
@@ -180,17 +180,17 @@ def cmd_measure(args) -> int:  # type: ignore[no-untyped-def]
     for f in (out, png):
         if f.exists():
             raise ProvenanceError(f"{f} already exists; refusing to overwrite")
-    held = F.heldout_marker(args.dataset)
-    match = find_heldout(args.dataset)
+    # the one guard: a subset or mixture of a held-out part is refused outright
+    finding = gate_heldout(args.dataset)
+    match = None if finding is None else finding.match
     frozen = None
-    if (held is not None or match is not None) and not args.frozen_source:
-        raise ProvenanceError(f"{args.dataset}: a held-out part; it runs only under a frozen "
-                              "manifest (--validate-only --freeze-source M, then "
-                              "--frozen-source M)")
+    if finding is not None and not args.frozen_source:
+        raise ProvenanceError(f"{finding.describe()}; it runs only under a frozen manifest "
+                              "(--validate-only --freeze-source M, then --frozen-source M)")
     if args.frozen_source:
         frozen = F.check_frozen(args.frozen_source, manifest)
     started = F._now()
-    if held is not None or match is not None:
+    if finding is not None:
         assert frozen is not None
         key = match.key if match is not None else frozen["input"]["sha256"]
         label = F.ledger_record(args.ledger or F.default_ledger(root), frozen,

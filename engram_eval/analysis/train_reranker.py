@@ -201,19 +201,18 @@ def pairs_sha256(pairs: Sequence[Pair]) -> str:
 
 def refuse_heldout(part: Path) -> dict[str, Any] | None:
     """The part's split marker (None when it has none); ProvenanceError for a held-out
-    part, by its marker or by its content matching a held-out part the package knows."""
+    part by its marker, and for any file holding held-out data
+    (:func:`engram_eval.provenance.guard.refuse_heldout`)."""
     from engram_eval.data.split import part_marker
 
     marker = part_marker(part)
     if marker is not None and marker.get("part") == "heldout":
         raise ProvenanceError(f"{part}: this is a held-out part (its split marker says so); "
                               "a reranker is trained on a tuning part only")
-    from engram_eval.provenance.heldout import is_heldout
+    from engram_eval.provenance.guard import refuse_heldout as guard
 
-    found = is_heldout(part)  # the content-keyed guard: a copy, a gzip or a symlink too
-    if found:
-        raise ProvenanceError(f"{part}: its content is a held-out part ({found}); a "
-                              "reranker is trained on a tuning part only")
+    # the one held-out guard: a link, a copy, a gzip, a subset or a mixture too
+    guard(part, "a reranker is trained on a tuning part only")
     return marker
 
 

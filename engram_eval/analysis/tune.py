@@ -488,11 +488,14 @@ class TunedPart:
 
 def load_part(run_path: str | Path, protocol: str) -> TunedPart:
     """Read a finished run and prove, question by question, that the pipeline reproduces its
-    stored rankings and scores from the traced signals (else ProvenanceError)."""
+    stored rankings and scores from the traced signals (else ProvenanceError). A run of a
+    held-out part is refused (:func:`engram_eval.provenance.guard.refuse_heldout_run`)."""
+    from engram_eval.provenance.guard import refuse_heldout_run
     from engram_eval.runs.reader import read_run
 
     finished = read_run(run_path, require_sidecar=True)  # refuses a torn last line
     meta = finished.metadata
+    refuse_heldout_run(meta, run_path, "settings are tuned on tuning parts only")
     run_cfg = dict(meta.get("config") or {})
     run_settings = RetrievalSettings.of(run_cfg)
     if run_cfg.get("rerank"):

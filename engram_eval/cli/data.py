@@ -22,19 +22,24 @@ def add_split(sub: Any) -> None:
     sp.add_argument("--salt", required=True, help="salt of the sha256 ordering (recorded)")
     sp.add_argument("--output-dir", required=True,
                     help="directory for the parts, split_manifest.json and markers "
-                    "(existing files are never overwritten)")
+                    "(existing files are never overwritten); the held-out part is also "
+                    "registered in the user's held-out registry "
+                    "($ENGRAM_EVAL_HELDOUT_REGISTRY, else "
+                    "$XDG_STATE_HOME/engram-eval/heldout_registry.json)")
     sp.add_argument("--compress", choices=("auto", "gzip", "none"), default="auto",
                     help="gzip the parts (auto: when the source is gzipped)")
     add_sidecar_arg(sp)
 
 
 def cmd_split(args: argparse.Namespace) -> int:
-    from engram_eval.data.split import MANIFEST_NAME, split_dataset
+    from engram_eval.data.split import MANIFEST_NAME
     from engram_eval.provenance.derived import write_derived_sidecar
+    from engram_eval.provenance.guard import guarded_split
 
     check_free(args, os.path.join(args.output_dir, MANIFEST_NAME))
-    out = split_dataset(args.dataset, holdout=args.holdout, salt=args.salt,
-                        output_dir=args.output_dir, compress=args.compress)
+    # refuses held-out input, splits, registers the held-out part (provenance.guard)
+    out, registry = guarded_split(args.dataset, holdout=args.holdout, salt=args.salt,
+                                  output_dir=args.output_dir, compress=args.compress)
     if not args.no_sidecar:
         write_derived_sidecar(out.manifest_path, generators=list(derived_sources("split")),
                               dataset={"name": out.manifest["source"]["name"],
@@ -49,6 +54,7 @@ def cmd_split(args: argparse.Namespace) -> int:
         print(f"  {name}: {path} ({part['n_records']} records, {part['n_questions']} "
               f"questions; {types}) sha256 {part['sha256']}")
     print(f"manifest {out.manifest_path}")
+    print(f"held-out part registered in {registry}")
     return 0
 
 
@@ -68,7 +74,10 @@ def add_make_stress(sub: Any) -> None:
 
 def cmd_make_stress(args: argparse.Namespace) -> int:
     from engram_eval.data.stress import make_stress, meta_path
+    from engram_eval.provenance.guard import refuse_heldout
 
+    refuse_heldout(args.source, "a stress set is padded from tuning data only (its questions "
+                   "would stay held-out questions)")
     meta = make_stress(args.source, args.output, sessions=args.sessions, seed=args.seed,
                        limit=args.limit,
                        echo=lambda m: print(m, file=sys.stderr))

@@ -4,8 +4,9 @@ measurement as selective retrieval.
 **Data.** The session-level gate (:mod:`engram_eval.production.sessions`: each question's
 haystack sessions as its memories) over *tuning parts only* -- the tune part of the
 LongMemEval dev split (its ``_abs`` questions included) and the tune conversations of a
-LoCoMo split by conversation. A file whose content is a known held-out part is refused
-(:func:`engram_eval.provenance.heldout.find_heldout`, or its split marker). Per question, its
+LoCoMo split by conversation. A file holding any held-out data is refused (the one guard,
+:func:`engram_eval.provenance.guard.refuse_heldout`: a part, a copy, a subset, a mixture, or a
+link to a marked part). Per question, its
 candidates (the first ``candidates`` memories of the pipeline's ranking) with the features of
 :mod:`engram_eval.production.features`; label 1 when the memory is gold (never for an
 unanswerable question). Gold is read only to label, after the features are computed.
@@ -54,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from engram_eval.errors import ConfigError, ProvenanceError
+from engram_eval.errors import ConfigError
 from engram_eval.io import sha256_file, sha256_json
 from engram_eval.production.confidence import CALIBRATION_KIND
 from engram_eval.production.features import FEATURES_V3, candidate_features
@@ -104,16 +105,12 @@ def group_of(question_id: str, fmt: str) -> str:
 
 
 def refuse_heldout(path: str | Path) -> None:
-    from engram_eval.provenance.frozen import heldout_marker
-    from engram_eval.provenance.heldout import find_heldout
+    """ProvenanceError when ``path`` holds any held-out data (the one guard,
+    :func:`engram_eval.provenance.guard.refuse_heldout`: marker beside the file or its link
+    target, a copy of a part, or any held-out question)."""
+    from engram_eval.provenance.guard import refuse_heldout as guard
 
-    if heldout_marker(path) is not None:
-        raise ProvenanceError(f"{path}: a held-out part (its split marker says so); the "
-                              "calibration is fitted on tuning parts only")
-    m = find_heldout(path)
-    if m is not None:
-        raise ProvenanceError(f"{path}: a held-out part ({m.describe()}); the calibration is "
-                              "fitted on tuning parts only")
+    guard(path, "the calibration is fitted on tuning parts only")
 
 
 def select(questions: Sequence[Any], *, max_questions: int | None = None,

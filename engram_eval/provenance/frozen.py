@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from engram_eval.errors import ProvenanceError
 from engram_eval.io import (
     atomic_write,
     exclusive_write,
+    file_lock,
     sha256_file,
     sha256_json,
 )
@@ -214,17 +214,7 @@ def check_frozen(path: str | Path, current: Mapping[str, Any]) -> dict[str, Any]
 # --------------------------------------------------------------------------- ledger
 
 
-@contextmanager
-def _locked(path: Path) -> Any:
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(str(path) + ".lock", "a+") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+_locked = file_lock  # the ledger's lock (engram_eval.io.file_lock)
 
 
 def read_ledger(path: str | Path) -> dict[str, Any]:
@@ -320,57 +310,51 @@ def benchmark_manifest(meta: Mapping[str, Any], dataset: str | Path) -> dict[str
 
 def heldout_marker(dataset: str | Path) -> dict[str, Any] | None:
     """The split marker (``<file>.split.json``, :func:`engram_eval.data.split.part_marker`) when
-    it says the dataset is the held-out part, else None."""
-    try:
-        from engram_eval.data.split import part_marker
-    except ImportError:  # pragma: no cover - split module absent
-        mp = Path(str(dataset) + ".split.json")
-        marker = read_json_document(mp) if mp.exists() else None
-    else:
-        marker = part_marker(dataset)
-    return marker if marker and marker.get("part") == "heldout" else None
+    it says the dataset is the held-out part, else None; read beside the path as given and
+    beside its resolved target (a link to a marked part is that part)."""
+    from engram_eval.provenance.guard import _marker
+
+    found = _marker(dataset, Path(dataset).resolve())
+    return None if found is None else found[1]
 
 
 def benchmark_gate(meta: Mapping[str, Any], dataset: str | Path, *,
                    frozen_source: str | Path | None = None, freeze_to: str | Path | None = None,
                    record: bool = True, output: str = "",
                    ledger: str | Path | None = None,
-                   heldout_ids: Sequence[str] | None = None) -> dict[str, Any] | None:
+                   heldout_ids: Sequence[str] | None = None,
+                   question_keys: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """Frozen-source checks of a benchmark run, before any model is loaded.
 
     * ``freeze_to``: write the manifest there (exclusive) and return its record;
-    * a held-out part refuses to run without ``frozen_source``: by its split marker, or by
-      its content matching a held-out part the package knows, whatever its name, place or
-      compression (:func:`engram_eval.provenance.heldout.find_heldout`; ``heldout_ids``, the
-      dataset's question ids, keep that check cheap), its ledger entry then kept under the
-      known part's sha256;
+    * the held-out guard first (:func:`engram_eval.provenance.guard.gate_heldout`; links
+      resolved): a file holding held-out questions without being the held-out part (a
+      subset, a mixture) is refused, frozen manifest or not;
+    * a held-out part refuses to run without ``frozen_source``: by its split marker (beside
+      the file or its link target), or by its content matching a held-out part the package
+      knows, whatever its name, place or compression, or by holding exactly its questions
+      (``question_keys``, the dataset's ``question_id -> question_key``, and ``heldout_ids``,
+      its question ids, spare the guard another pass over the file), its ledger entry then
+      kept under the known part's sha256;
     * ``frozen_source``: refuse unless it matches (every difference named); for a held-out
       part, record the run in the ledger (``record``) or only read the label.
 
     Returns what the sidecar and summary record under ``frozen_source`` (None when no
     manifest is involved)."""
+    from engram_eval.provenance.guard import gate_heldout
+
+    finding = gate_heldout(dataset, ledger=ledger, keys=question_keys, ids=heldout_ids)
     manifest = benchmark_manifest(meta, dataset)
     if freeze_to is not None:
         freeze(freeze_to, manifest)
         return {"frozen_to": str(freeze_to), "manifest_fingerprint": manifest["fingerprint"],
                 "source_fingerprint": manifest["source_fingerprint"]}
-    held = heldout_marker(dataset)
-    match = None
-    if held is None:
-        from engram_eval.provenance.heldout import find_heldout
-
-        match = find_heldout(dataset, ids=heldout_ids, ledger=ledger)
-    if held is not None and frozen_source is None:
+    held = None if finding is None else finding.marker
+    match = None if finding is None or held is not None else finding.match
+    if finding is not None and frozen_source is None:
         raise ProvenanceError(
-            f"{dataset}: this file is the held-out part of a split ({held.get('part')}, split "
-            f"manifest {str(held.get('split_manifest_sha256'))[:16]}…); it runs only under a "
-            "frozen manifest: freeze one first (--validate-only --freeze-source MANIFEST), "
-            "then pass --frozen-source MANIFEST")
-    if match is not None and frozen_source is None:
-        raise ProvenanceError(
-            f"{dataset}: this file is a held-out part: {match.describe()}; it runs only under "
-            "a frozen manifest: freeze one first (--validate-only --freeze-source MANIFEST), "
-            "then pass --frozen-source MANIFEST")
+            f"{finding.describe()}; it runs only under a frozen manifest: freeze one first "
+            "(--validate-only --freeze-source MANIFEST), then pass --frozen-source MANIFEST")
     if frozen_source is None:
         return None
     frozen_doc = check_frozen(frozen_source, manifest)

@@ -10,7 +10,9 @@ decides by content instead.
 and ``fixtures/production/`` (``engram_eval.io.package_root()``), the directories listed in
 the ``ENGRAM_EVAL_HELDOUT_ROOTS`` environment variable (``os.pathsep``-separated; added to,
 never replacing, the defaults), any ``roots`` a caller passes, and the ledger in use
-(``ENGRAM_EVAL_LEDGER`` / ``results/heldout_ledger.json``). Under each root (recursively):
+(``ENGRAM_EVAL_LEDGER`` / ``results/heldout_ledger.json``), and the user's held-out registry
+(:func:`registry_path`: every part ``engram-eval split`` registered, with its question keys;
+:mod:`engram_eval.provenance.guard`). Under each root (recursively):
 
 * every split manifest (``split_manifest.json``): its ``heldout`` part;
 * every split marker (``*.split.json``) whose part is ``heldout``;
@@ -37,13 +39,16 @@ held-out part's:
    only for parts whose recorded question ids are the same set.
 
 So matching is on the raw *or* the decompressed content, whichever the record allows; the
-match names the manifest (or marker, ledger) that lists the part.
+match names the manifest (or marker, ledger, registry) that lists the part. This is the
+*whole-part* match; :mod:`engram_eval.provenance.guard` (what the commands ask) adds markers
+beside a link's target and question-by-question matching (subsets, mixtures).
 
 **Production fixtures** (:func:`fixture_heldout`). A fixture is held-out when (a) its own
 ``heldout`` field is true, OR (b) the sha256 of its file equals a known held-out fixture's
 (a fixture marked held-out under a root, a held-out production-run output, a ledger entry),
 OR (c) any of its cases has the same memories and questions (the ``case_id``, the fixture's
-``name``, ``heldout`` and every other top-level field ignored; canonical JSON) as a case of a
+``name``, ``heldout`` and every other top-level field ignored; canonical JSON, the memories
+and the questions each in canonical order, so reordering them changes nothing) as a case of a
 known held-out fixture document. (c) is what refuses an edited copy of
 ``fixtures/production/holdout.json`` with ``"heldout": false`` (or another name, or its cases
 reordered, or mixed into another fixture): editing the flag changes the file's hash but not
@@ -69,6 +74,9 @@ from engram_eval.data._jsonio import read_json_document
 from engram_eval.io import open_regular
 
 ENV_ROOTS = "ENGRAM_EVAL_HELDOUT_ROOTS"
+#: Where ``engram-eval split`` registers the held-out parts it writes (see registry_path).
+ENV_REGISTRY = "ENGRAM_EVAL_HELDOUT_REGISTRY"
+REGISTRY_KIND = "engram-eval/heldout-registry"
 PRODUCTION_RUN_KIND = "engram-eval/production-run"
 LEDGER_KIND = "engram-eval/heldout-ledger"
 SPLIT_MANIFEST_NAME = "split_manifest.json"
@@ -90,6 +98,11 @@ class HeldoutPart:
     content_sha256: str | None = None
     question_ids: frozenset[str] | None = None
     where: list[str] = field(default_factory=list)
+    #: sha256 of each held-out question's content (engram_eval.provenance.guard.question_key)
+    question_keys: frozenset[str] | None = None
+    #: the part's own file, found beside its manifest or marker (its sha256 is checked
+    #: against ``sha256`` before its questions are read)
+    part_file: Path | None = None
 
     def describe(self) -> str:
         return f"held-out part {self.name} (sha256 {self.sha256[:16]}…) listed in " + \
@@ -140,6 +153,26 @@ def _ledgers(ledger: str | Path | None) -> list[Path]:
     if ledger is not None:
         out.append(Path(ledger))
     return [p.resolve() for p in out if p.is_file()]
+
+
+def registry_path() -> Path:
+    """The held-out registry ``engram-eval split`` writes and the guard reads:
+    ``$ENGRAM_EVAL_HELDOUT_REGISTRY``, else ``$XDG_STATE_HOME/engram-eval/heldout_registry.json``
+    (``~/.local/state/...`` when ``XDG_STATE_HOME`` is unset). A user-level file, so a copy
+    of a part the user split is recognised wherever it lies and whatever the directory."""
+    env = os.environ.get(ENV_REGISTRY)
+    if env:
+        return Path(env)
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "engram-eval" / "heldout_registry.json"
+
+
+def _registries() -> list[Path]:
+    p = registry_path()
+    try:
+        return [p.resolve()] if p.is_file() else []
+    except OSError:
+        return []
 
 
 def _is_dataset_record(p: Path) -> bool:
@@ -258,7 +291,8 @@ def content_hashes(path: str | Path, *, canonical_gzip: bool = False) -> Content
 
 def _add_part(parts: dict[str, HeldoutPart], sha: Any, name: str, where: Path, *,
               compression: str = "unknown", content_sha256: Any = None,
-              question_ids: Any = None, beside: Path | None = None) -> None:
+              question_ids: Any = None, beside: Path | None = None,
+              question_keys: Any = None) -> None:
     if not isinstance(sha, str) or len(sha) != 64:
         return
     part = parts.get(sha)
@@ -274,6 +308,8 @@ def _add_part(parts: dict[str, HeldoutPart], sha: Any, name: str, where: Path, *
         part.content_sha256 = content_sha256
     if part.question_ids is None and isinstance(question_ids, list):
         part.question_ids = frozenset(str(q) for q in question_ids)
+    if part.question_keys is None and isinstance(question_keys, list):
+        part.question_keys = frozenset(str(k) for k in question_keys)
     if part.compression == "none" and part.content_sha256 is None:
         part.content_sha256 = sha
     if part.content_sha256 is None and beside is not None and beside.is_file():
@@ -283,6 +319,9 @@ def _add_part(parts: dict[str, HeldoutPart], sha: Any, name: str, where: Path, *
             return
         if h.sha256 == sha and h.content_sha256 is not None:
             part.content_sha256 = h.content_sha256
+            part.part_file = beside
+    elif part.part_file is None and beside is not None and beside.is_file():
+        part.part_file = beside  # a candidate: its sha256 is checked before it is read
 
 
 def heldout_parts(roots: Iterable[str | Path] | None = None, *,
@@ -293,12 +332,15 @@ def heldout_parts(roots: Iterable[str | Path] | None = None, *,
     from engram_eval.data.split import MARKER_KIND
 
     parts: dict[str, HeldoutPart] = {}
-    for p in [*_files(search_roots(roots), datasets_only=True), *_ledgers(ledger)]:
+    for p in [*_files(search_roots(roots), datasets_only=True), *_ledgers(ledger),
+              *_registries()]:
         doc = _read_doc(p)
         if doc is None:
             continue
         kind = doc.get("kind")
-        if kind == SPLIT_KIND or (p.name == SPLIT_MANIFEST_NAME and "parts" in doc):
+        if kind == REGISTRY_KIND:
+            _add_registered(parts, doc, p)
+        elif kind == SPLIT_KIND or (p.name == SPLIT_MANIFEST_NAME and "parts" in doc):
             held = (doc.get("parts") or {}).get("heldout")
             if isinstance(held, dict):
                 fname = str(held.get("file") or "heldout part")
@@ -317,6 +359,25 @@ def heldout_parts(roots: Iterable[str | Path] | None = None, *,
                 if inp.get("kind") == "dataset":
                     _add_part(parts, sha, str(inp.get("name") or "dataset"), p)
     return parts
+
+
+def _add_registered(parts: dict[str, HeldoutPart], doc: Mapping[str, Any], where: Path) -> None:
+    """The parts a registry lists (see :func:`registry_path`), with their question keys."""
+    entries = doc.get("parts")
+    if not isinstance(entries, dict):
+        return
+    for sha, e in entries.items():
+        if not isinstance(e, dict):
+            continue
+        _add_part(parts, sha, str(e.get("file") or "heldout part"), where,
+                  compression=str(e.get("compression") or "unknown"),
+                  content_sha256=e.get("content_sha256"),
+                  question_ids=e.get("question_ids"),
+                  question_keys=e.get("question_keys"))
+        part = parts.get(sha)
+        for m in e.get("manifests") or ():
+            if part is not None and isinstance(m, str) and m not in part.where:
+                part.where.append(m)  # the split manifests it was registered from
 
 
 def _match_part(part: HeldoutPart, how: str) -> HeldoutMatch:
@@ -363,12 +424,23 @@ def is_heldout(path: str | Path, roots: Iterable[str | Path] | None = None) -> s
 # --------------------------------------------------------------------------- fixtures
 
 
+def _sorted_canonical(items: Any) -> Any:
+    """A list's elements in the order of their canonical JSON (anything else unchanged)."""
+    from engram_eval.io import canonical_json
+
+    if not isinstance(items, list):
+        return items
+    return sorted(items, key=canonical_json)
+
+
 def case_key(case: Mapping[str, Any]) -> str:
     """sha256 of a fixture case's memories and questions (canonical JSON; ``case_id``
-    ignored)."""
+    ignored; the memories and the questions each taken in canonical order, so reordering
+    either does not change the key)."""
     from engram_eval.io import sha256_json
 
-    return sha256_json({"memories": case.get("memories"), "questions": case.get("questions")})
+    return sha256_json({"memories": _sorted_canonical(case.get("memories")),
+                        "questions": _sorted_canonical(case.get("questions"))})
 
 
 def _case_keys(doc: Mapping[str, Any]) -> list[str]:

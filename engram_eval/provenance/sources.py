@@ -55,6 +55,7 @@ _PROVENANCE = (
     "engram_eval/provenance/frozen.py",
     # the content-keyed held-out guard: whether a run is refused, its ledger entry and label
     "engram_eval/provenance/heldout.py",
+    "engram_eval/provenance/guard.py",
 )
 
 #: Files that can change a benchmark run's rows or metrics, whatever the retriever.

@@ -151,7 +151,12 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
 
     bad_dates: dict[str, tuple[int, int]] = {}  # question id -> unparsable (question, sessions)
 
+    from engram_eval.provenance.guard import key_of
+
+    keys: dict[str, str] = {}  # question id -> question key, for the held-out guard
+
     def _observe(q: Any) -> None:
+        keys[q.question_id] = key_of(q)
         counts = unparsable_dates(q)
         if any(counts):
             bad_dates[q.question_id] = counts
@@ -187,7 +192,7 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
     gate = benchmark_gate(meta, dataset, frozen_source=frozen_source,
                           freeze_to=freeze_source if validate_only else None,
                           record=not (resume or validate_only), output=str(output),
-                          heldout_ids=source.ids)
+                          heldout_ids=source.ids, question_keys=keys)
     if validate_only:
         return RunOutcome(output, meta["fingerprint"], 0, len(ids),
                           {"validated": True, "frozen_source": gate}, False)
