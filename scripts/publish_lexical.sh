@@ -27,7 +27,8 @@
 #          section 6's command and checked against their published cards), ONNX int8 (the
 #          shipped form), at each blend and depth; depths limited beforehand to what keeps
 #          the stage within 0.5x the first stage's cost (section 12 measured 0.59x at 35;
-#          pairs scale with depth), blends around the earlier choice (0.8);
+#          pairs scale with depth), the blend kept at section 6's out-of-fold choice (0.8:
+#          a blend grid was dropped for time before any fold run was scored);
 #          choose_rerank.py picks by section 6's objective -> rerank_choice.json.
 # heldout  every configuration frozen before any held-out run, then one run each: LongMemEval
 #          held-out part (the chosen first stage; + the chosen rerank with the shipped model),
@@ -52,7 +53,7 @@ declare -A LEX=([plain]="--lexical-stemmer none --lexical-stopwords none"
 declare -A SPK=([none]="--lexical-speaker none" [prefix]="--lexical-speaker prefix")
 LME_VARIANTS=(plain stem)
 LOC_VARIANTS=(plain_none stem_none plain_prefix stem_prefix)
-ALPHAS=(0.7 0.8 0.9)
+ALPHAS=(0.8)
 DEPTHS=(15 20 25)
 mkdir -p "$OUT" "$SCRATCH"
 source "$(dirname "$0")/_rerank_lib.sh"
@@ -74,10 +75,10 @@ run() {
   "$E" compress "$f" > /dev/null
 }
 
-tune_one() {  # RUN PROTOCOL OUT [cluster args]
-  local r="$1" p="$2" o="$3"
-  shift 3
-  [ -e "$o" ] || "$E" tune "$r" --grid benchmarks/longmemeval/tune_grid.yaml --output "$o" \
+tune_one() {  # RUN PROTOCOL GRID OUT [cluster args]
+  local r="$1" p="$2" g="$3" o="$4"
+  shift 4
+  [ -e "$o" ] || "$E" tune "$r" --grid "$g" --output "$o" \
     --protocol "$p" --folds 5 --seed 0 "$@" | tail -n 2
 }
 
@@ -93,10 +94,13 @@ first() {
   done
   echo "== 3. tune each variant on its own part"
   for v in "${LME_VARIANTS[@]}"; do
-    tune_one "$SCRATCH/tune_lme_$v.jsonl.gz" answerable "$OUT/tune_lme_$v.yaml"
+    tune_one "$SCRATCH/tune_lme_$v.jsonl.gz" answerable benchmarks/longmemeval/tune_grid.yaml \
+      "$OUT/tune_lme_$v.yaml"
   done
   for v in "${LOC_VARIANTS[@]}"; do
-    tune_one "$SCRATCH/tune_loc_$v.jsonl.gz" locomo "$OUT/tune_loc_$v.yaml" --cluster id-prefix
+    # no assistant role between people: the same grid with bm25_assistant at 0
+    tune_one "$SCRATCH/tune_loc_$v.jsonl.gz" locomo benchmarks/longmemeval/tune_grid_people.yaml \
+      "$OUT/tune_loc_$v.yaml" --cluster id-prefix
   done
   echo "== 4. choice per structure: the best cross-validated estimate (ties: listed first)"
   [ -e "$OUT/lexical_choice.json" ] || "$PY" - "$OUT" "${LME_VARIANTS[*]}" "${LOC_VARIANTS[*]}" <<'PY'

@@ -90,6 +90,7 @@ PRODUCTION_CORE_SOURCES: tuple[str, ...] = (
     *_BASE,
     *_DATA,
     *_PROVENANCE,
+    "engram_eval/data/datasets.py",  # the held-out guard reads a fixture's source through it
     "engram_eval/production/__init__.py",
     "engram_eval/production/settings.py",
     "engram_eval/production/store.py",
