@@ -178,6 +178,23 @@ rerank() {
 
 heldout() {
   local v2=engram-ce-minilm-v2
+  echo "== the frozen first stage: tuned_first_stage.yaml without its rerank fields (a YAML"
+  echo "   value is explicit and would override the reranker's card)"
+  [ -e "$OUT/heldout_config.yaml" ] || "$PY" - "$OUT/tuned_first_stage.yaml" \
+    "$OUT/heldout_config.yaml" <<'PY'
+import sys
+import yaml
+from engram_eval.io import exclusive_write
+from engram_eval.retrieval.settings import CARD_FIELDS
+src, out = sys.argv[1:]
+with open(src, encoding="utf-8") as f:
+    cfg = yaml.safe_load(f)
+drop = {*CARD_FIELDS, "rerank", "reranker_model"}
+kept = {k: v for k, v in cfg.items() if k not in drop}
+head = (f"# {src} without its rerank fields ({', '.join(sorted(drop))}): they come from\n"
+        "# the command line or the reranker's card. Load with engram-eval run --config\n")
+exclusive_write(out, head + yaml.safe_dump(kept, sort_keys=False))
+PY
   echo "== every configuration frozen before any held-out run"
   declare -A DATA CFG
   DATA[lme_first_stage]="$LME_HELD"; CFG[lme_first_stage]="--no-rerank"
@@ -188,14 +205,14 @@ heldout() {
   for n in "${names[@]}"; do
     # shellcheck disable=SC2086
     [ -e "$OUT/heldout_$n.frozen.json" ] || "$E" run "${DATA[$n]}" --validate-only \
-      --freeze-source "$OUT/heldout_$n.frozen.json" --config "$OUT/tuned_first_stage.yaml" \
+      --freeze-source "$OUT/heldout_$n.frozen.json" --config "$OUT/heldout_config.yaml" \
       ${CFG[$n]} | tail -n 2
   done
   echo "== one run each"
   for n in "${names[@]}"; do
     # shellcheck disable=SC2086
     run "${DATA[$n]}" "$OUT/heldout_$n.jsonl" --frozen-source "$OUT/heldout_$n.frozen.json" \
-      --config "$OUT/tuned_first_stage.yaml" ${CFG[$n]}
+      --config "$OUT/heldout_config.yaml" ${CFG[$n]}
   done
   echo "== paired comparisons"
   local pairs=(
@@ -220,11 +237,11 @@ speed() {
   [ -e "$OUT/speed_tune30.json" ] || "$PY" benchmarks/longmemeval/speed_rerank.py "$LME_TUNE" \
     --limit 30 --reranker-model "$SCRATCH/ce_fold0" --shipped engram-ce-minilm-v2 \
     --passes rerank-shipped --scratch "$SCRATCH/speed_lme" --output "$OUT/speed_tune30.json" \
-    --config "$OUT/tuned_first_stage.yaml"
+    --config "$OUT/heldout_config.yaml"
   [ -e "$OUT/speed_locomo_heldout.json" ] || "$PY" benchmarks/longmemeval/speed_rerank.py \
     "$LOC_HELD" --reranker-model "$SCRATCH/ce_fold0" --passes "" --protocol locomo \
     --scratch "$SCRATCH/speed_loc" --output "$OUT/speed_locomo_heldout.json" \
-    --config "$OUT/tuned_first_stage.yaml"
+    --config "$OUT/heldout_config.yaml"
 }
 
 case "$STEP" in

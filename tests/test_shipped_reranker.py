@@ -149,6 +149,22 @@ def test_explicit_values_win_over_the_card(shipped: Path) -> None:
     assert config.rerank_unit == "turn"
 
 
+def test_given_people_overrides_keep_the_cards_other_people_keys(shipped: Path) -> None:
+    # a tuned YAML names the people's fusion, not their rerank: the card's rerank-off holds
+    given = {"normalisation": "minmax", "weight_bm25_turn": 0.3}
+    config = resolve_model_settings(
+        RunConfig(rerank=True, reranker_model=NAME, people_overrides=dict(given)),
+        {"rerank", "reranker_model", "people_overrides"})
+    assert config.people_overrides == {**given, "rerank": False}
+    assert config.settings_sources["people_overrides"] == f"explicit, + card:{NAME} for rerank"
+    # a people key the user gave wins over the card's
+    config = resolve_model_settings(
+        RunConfig(rerank=True, reranker_model=NAME, people_overrides={"rerank": True}),
+        {"rerank", "reranker_model", "people_overrides"})
+    assert config.people_overrides == {"rerank": True}
+    assert config.settings_sources["people_overrides"] == "explicit"
+
+
 def test_a_model_without_a_card_gets_the_generic_rule(tiny_cross_encoder: str) -> None:
     config = resolve_model_settings(
         RunConfig(rerank=True, reranker_model=tiny_cross_encoder, rerank_unit="turn",

@@ -454,7 +454,8 @@ def apply_model_card(settings: RetrievalSettings, card: Mapping[str, Any] | None
     Without a rerank anywhere nothing changes. Otherwise each of :data:`CARD_FIELDS` not given
     explicitly takes the card's value, or, for a model without a card, the generic rule
     (:data:`GENERIC_RERANK`); the card's ``people_overrides`` (e.g. ``{"rerank": false}``:
-    people's chats not reranked) are merged into the current ones unless those were given."""
+    people's chats not reranked) are merged into the current ones; where ``people_overrides``
+    was given, the card's keys it does not name are added to it (the given keys win)."""
     if not settings.reranks_any():
         return settings, {}
     card = dict(card or {})
@@ -472,7 +473,16 @@ def apply_model_card(settings: RetrievalSettings, card: Mapping[str, Any] | None
     people = card.get("people_overrides")
     if people:
         if "people_overrides" in explicit:
-            origins["people_overrides"] = "explicit"
+            # per key: the ones the user gave win, the card's others still apply (a tuned
+            # YAML's fusion overrides do not switch on a rerank the card turned off)
+            given = dict(settings.people_overrides or {})
+            kept = {k: v for k, v in people.items() if k not in given}
+            if kept:
+                changes["people_overrides"] = {**given, **kept}
+                origins["people_overrides"] = (f"explicit, + {label} for "
+                                               f"{', '.join(sorted(kept))}")
+            else:
+                origins["people_overrides"] = "explicit"
         else:
             changes["people_overrides"] = {**(settings.people_overrides or {}), **people}
             origins["people_overrides"] = f"{label} (merged into the defaults)"
@@ -492,7 +502,8 @@ def pipeline_line(settings: RetrievalSettings, origins: Mapping[str, str] | None
     if settings.temporal:
         stages.append(f"temporal x{settings.temporal_boost:g}")
     if settings.reranks_any():
-        src = sorted({v.split(" (")[0] for v in (origins or {}).values()} - {"explicit"})
+        src = sorted({v.split(" (")[0] for v in (origins or {}).values()
+                      if not v.startswith("explicit")})
         people = settings.for_chat_roles(False).rerank
         stages.append(
             f"rerank {settings.reranker_model} ({settings.reranker_backend} "
