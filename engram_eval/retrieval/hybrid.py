@@ -207,9 +207,10 @@ class HybridRetriever:
                                        self.settings.batch_size,
                                        onnx_ref=self.reranker_onnx_ref,
                                        precision=self.settings.reranker_precision)
-            self._cross = CachedCrossEncoder(model, self._vector_cache(),
-                                             self.settings.reranker_backend,
-                                             self.settings.rerank_max_length)
+            self._cross = CachedCrossEncoder(
+                model, self._vector_cache(), self.settings.reranker_backend,
+                self.settings.rerank_max_length,
+                batch_dependent=self.settings.reranker_precision == "int8")
         return self._cross
 
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:

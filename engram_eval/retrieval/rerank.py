@@ -179,12 +179,19 @@ def make_cross_encoder(backend: str, ref: ModelRef, max_length: int, batch_size:
 
 class CachedCrossEncoder:
     """Raw scores cached by (model files hash, backend, max_length, library versions, query,
-    document)."""
+    document).
+
+    ``batch_dependent``: the model's score of a pair depends on the other pairs of its batch
+    (an int8 graph with dynamic quantisation takes one activation scale per batch tensor, and
+    batches are formed by length), so a score computed in another run's batch is not what a
+    fresh run computes: nothing is cached, neither on disk nor across calls, and every call
+    scores its own pairs together, as a re-execution (``verify --rerun``) does."""
 
     def __init__(self, model: CrossEncoderBackend, cache: VectorCache | None,
-                 backend: str, max_length: int) -> None:
+                 backend: str, max_length: int, *, batch_dependent: bool = False) -> None:
         self.model = model
-        self.cache = cache
+        self.batch_dependent = batch_dependent
+        self.cache = None if batch_dependent else cache
         self._prefix = (model.ref.sha256, backend, str(max_length), library_versions(backend))
         self._memory: dict[str, float] = {}
         self.n_model = 0
@@ -210,5 +217,6 @@ class CachedCrossEncoder:
             if self.cache is not None:
                 self.cache.put_scores(fresh)
             found.update(fresh)
-        self._memory.update(found)
+        if not self.batch_dependent:
+            self._memory.update(found)
         return [found[k] for k in keys]
