@@ -35,6 +35,15 @@ INPUTS: dict[str, tuple[str, ...]] = {
     # results/longmemeval_s_dev_split (scripts/publish_tuning.sh)
     "tuned.yaml": ("tuning_run.jsonl.gz",),
     "tuned.yaml.tuning.json": ("tuning_run.jsonl.gz",),
+    # results/lexical (scripts/publish_lexical.sh): the chosen variants' tuning runs are
+    # published; the others stay in scratch (their rows sha256 is in each tuning report)
+    "tune_lme_stem.yaml": ("tune_lme_stem.jsonl.gz",),
+    "tune_lme_stem.yaml.tuning.json": ("tune_lme_stem.jsonl.gz",),
+    "tune_loc_stem_prefix.yaml": ("tune_loc_stem_prefix.jsonl.gz",),
+    "tune_loc_stem_prefix.yaml.tuning.json": ("tune_loc_stem_prefix.jsonl.gz",),
+    "tuned_first_stage.yaml": ("tune_lme_stem.jsonl.gz", "tune_loc_stem_prefix.jsonl.gz"),
+    "tuned_first_stage.yaml.tuning.json": ("tune_lme_stem.jsonl.gz",
+                                           "tune_loc_stem_prefix.jsonl.gz"),
 }
 
 

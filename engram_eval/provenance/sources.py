@@ -242,6 +242,29 @@ FILE_GENERATORS: dict[str, str] = {
     "calibration_v3_chat_full.report.png": "benchmarks/production_retrieval/confidence.py",
     "calibration_v3_people_full.report.json": "benchmarks/production_retrieval/confidence.py",
     "calibration_v3_people_full.report.png": "benchmarks/production_retrieval/confidence.py",
+    # results/lexical (scripts/publish_lexical.sh, issue 27): each analyser and speaker
+    # variant tuned on its own part, the choice, the two chosen runs tuned together
+    "tune_lme_plain.yaml": "engram_eval/analysis/tune.py",
+    "tune_lme_plain.yaml.tuning.json": "engram_eval/analysis/tune.py",
+    "tune_lme_stem.yaml": "engram_eval/analysis/tune.py",
+    "tune_lme_stem.yaml.tuning.json": "engram_eval/analysis/tune.py",
+    "tune_loc_plain_none.yaml": "engram_eval/analysis/tune.py",
+    "tune_loc_plain_none.yaml.tuning.json": "engram_eval/analysis/tune.py",
+    "tune_loc_stem_none.yaml": "engram_eval/analysis/tune.py",
+    "tune_loc_stem_none.yaml.tuning.json": "engram_eval/analysis/tune.py",
+    "tune_loc_plain_prefix.yaml": "engram_eval/analysis/tune.py",
+    "tune_loc_plain_prefix.yaml.tuning.json": "engram_eval/analysis/tune.py",
+    "tune_loc_stem_prefix.yaml": "engram_eval/analysis/tune.py",
+    "tune_loc_stem_prefix.yaml.tuning.json": "engram_eval/analysis/tune.py",
+    "tuned_first_stage.yaml": "engram_eval/analysis/tune_parts.py",
+    "tuned_first_stage.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    # written by the script itself: the choice per structure and the frozen config
+    "lexical_choice.json": "scripts/publish_lexical.sh",
+    "heldout_config.yaml": "scripts/publish_lexical.sh",
+    "speed_tune30.json": "benchmarks/longmemeval/speed_rerank.py",
+    "speed_tune30_before.json": "benchmarks/longmemeval/speed_rerank.py",
+    "speed_locomo_tune.json": "benchmarks/longmemeval/speed_rerank.py",
+    "speed_locomo_tune_before.json": "benchmarks/longmemeval/speed_rerank.py",
 }
 #: Derived file name suffix -> its generator (frozen manifests, ``*.frozen.json``).
 SUFFIX_GENERATORS: dict[str, str] = {
