@@ -66,10 +66,26 @@ def check_run_files(result: Path) -> None:
     assert summary["fingerprint"] == json.loads(side.read_text())["fingerprint"], result
 
 
+#: Runs whose package sources are those of a commit before the one that added them (a
+#: publication that ran its steps at several commits): ``results/``-relative glob -> the commit
+#: whose sources they hash (PROVENANCE.md section 14, History).
+SOURCES_AT: dict[str, str] = {
+    "lexical/tune_*.jsonl.gz": "3fc137d",
+    "lexical/fold?_none.jsonl.gz": "8012952",
+    "lexical/fold?_d15_*.jsonl.gz": "8012952",
+    "lexical/fold?_d2?_*.jsonl.gz": "e5e84cc",
+    "lexical/heldout_*.jsonl.gz": "7784ff5",
+}
+
+
 def publishing_commit(path: Path) -> str | None:
-    """The commit that (last) added ``path`` to git, or ``None`` where that cannot be known:
-    git missing, not a checkout, a shallow clone, or the file not committed yet."""
+    """The commit whose package sources a published run hashes: its entry in
+    :data:`SOURCES_AT`, else the commit that (last) added ``path`` to git; ``None`` where that
+    cannot be known: git missing, not a checkout, a shallow clone, or the file not committed
+    yet."""
+    import fnmatch
     import subprocess
+
 
     def git(*args: str) -> str | None:
         try:
@@ -81,6 +97,10 @@ def publishing_commit(path: Path) -> str | None:
 
     if git("rev-parse", "--is-shallow-repository") != "false":
         return None
+    rel = "/".join(path.resolve().parts[-2:])
+    for pattern, commit in SOURCES_AT.items():
+        if fnmatch.fnmatch(rel, pattern):
+            return commit
     return git("log", "--diff-filter=A", "--format=%H", "-1", "--", path.name) or None
 
 

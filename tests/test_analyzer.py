@@ -92,7 +92,7 @@ def test_bm25_scores_with_the_analyser_equal_rank_bm25_on_the_analysed_terms() -
 def test_a_hybrid_run_describes_its_analyser(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from engram_eval.retrieval.hybrid import HybridRetriever
 
-    r = HybridRetriever(RetrievalSettings(use_dense=False, rerank=False,
+    r = HybridRetriever(RetrievalSettings(use_dense=False, use_dense_rocchio=False, rerank=False,
                                           lexical_stemmer="snowball-english",
                                           lexical_stopwords="en-v1", cache_dir=str(tmp_path)))
     lex = r.describe()["lexical"]

@@ -448,7 +448,7 @@ def test_variants_rank(base_config: RunConfig) -> None:
 
 def test_no_signal_is_a_config_error(base_config: RunConfig) -> None:
     with pytest.raises(ConfigError, match="at least one"):
-        HybridRetriever(base_config.replace(use_dense=False, use_bm25_user=False,
+        HybridRetriever(base_config.replace(use_dense=False, use_dense_rocchio=False, use_bm25_user=False,
                                             use_bm25_assistant=False))
 
 
@@ -478,7 +478,7 @@ def test_corpus_without_user_roles_uses_every_turn(tmp_path) -> None:
     sessions = [sess("s1", "we talked about pottery classes"),
                 sess("s2", "Caroline went hiking in the mountains"),
                 sess("s3", "a chat about painting sunsets")]
-    cfg = RunConfig(use_dense=False, cache_dir=str(tmp_path), progress=False, rerank=False)
+    cfg = RunConfig(use_dense=False, use_dense_rocchio=False, cache_dir=str(tmp_path), progress=False, rerank=False)
     r = HybridRetriever(cfg, name="bm25")
     r.index(sessions)
     q = Question("q", "4", "Where did Caroline go hiking?", "", "1:56 pm on 8 May, 2023",

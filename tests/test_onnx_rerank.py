@@ -130,15 +130,15 @@ def test_settings_and_retriever_wiring(tiny_cross_encoder: str, cache_root: Path
     with pytest.raises(ConfigError, match="reranker_precision=int8"):
         HybridRetriever(RetrievalSettings(rerank=True, reranker_model=tiny_cross_encoder,
                                           reranker_backend="sentence_transformers",
-                                          reranker_precision="int8", use_dense=False,
+                                          reranker_precision="int8", use_dense=False, use_dense_rocchio=False,
                                           cache_dir=str(cache_root)))
     r = HybridRetriever(RetrievalSettings(rerank=True, reranker_model=tiny_cross_encoder,
                                           reranker_backend="onnx", reranker_precision="fp32",
-                                          use_dense=False, cache_dir=str(cache_root)))
+                                          use_dense=False, use_dense_rocchio=False, cache_dir=str(cache_root)))
     assert [m.role for m in r.models()] == ["reranker", "reranker-onnx"]
     assert isinstance(r.cross_encoder().model, OnnxCrossEncoder)
     plain = HybridRetriever(RetrievalSettings(rerank=True, reranker_model=tiny_cross_encoder,
-                                              use_dense=False, cache_dir=str(cache_root),
+                                              use_dense=False, use_dense_rocchio=False, cache_dir=str(cache_root),
                                               **torch))
     assert [m.role for m in plain.models()] == ["reranker"]
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -50,14 +49,16 @@ def test_a_haystack_without_assistant_role_takes_the_people_settings(tmp_path: P
     default = _run("locomo_tiny.json", tmp_path, "default")
     q = default[0]["trace"]["question"]
     assert q["structure"] == {"kind": "people", "overrides": PEOPLE_DEFAULTS}
-    assert q["fusion"]["normalisation"] == "zscore"
-    assert q["fusion"]["weights"]["bm25_user"] == 1.0
+    people = RetrievalSettings().for_chat_roles(False)
+    assert q["fusion"]["normalisation"] == people.normalisation == PEOPLE_DEFAULTS["normalisation"]
+    assert q["fusion"]["weights"]["bm25_user"] == people.weight_bm25_user
     # with the overrides switched off nothing changes and nothing is traced
     off = tmp_path / "off.yaml"
     off.write_text(yaml.safe_dump({"people_overrides": {}}))
     plain = _run("locomo_tiny.json", tmp_path, "plain", off)
     assert "structure" not in plain[0]["trace"]["question"]
-    assert plain[0]["trace"]["question"]["fusion"]["normalisation"] == "minmax"
+    assert (plain[0]["trace"]["question"]["fusion"]["normalisation"]
+            == RetrievalSettings().normalisation)
 
 
 def test_people_overrides_are_validated_by_the_settings() -> None:
@@ -109,7 +110,9 @@ def test_tune_over_two_parts_chooses_per_structure(tmp_path: Path) -> None:
     for name, gold, roles in (("chat", "s0", True), ("people", "s1", False)):
         run = tmp_path / f"{name}.hand.jsonl"
         run.write_text("".join(json.dumps(r) + "\n" for r in hand_rows(gold, roles, name)))
-        shutil.copy(sidecar_path(tmp_path / "real.jsonl"), sidecar_path(run))
+        meta = json.loads(sidecar_path(tmp_path / "real.jsonl").read_text())
+        meta["config"]["people_overrides"] = {}  # one analyser for both structures
+        sidecar_path(run).write_text(json.dumps(meta))
         runs.append(str(run))
     grid = tmp_path / "g.yaml"
     grid.write_text(yaml.safe_dump({"fusion": ["rrf"], "rrf_k": [60],
@@ -151,9 +154,11 @@ def test_speaker_prefix_indexes_names_in_people_chats_only() -> None:
               for w in ("sunny", "grey", "cold")]
     people = _people([("Alice", "I adopted a cat"), ("Bob", "nice")],
                      [("Bob", "I adopted a cat"), ("Alice", "nice")], *filler)
-    base = RetrievalSettings(use_dense=False, use_bm25_turn=True, people_overrides={})
-    on = RetrievalSettings(use_dense=False, use_bm25_turn=True, people_overrides={},
-                           lexical_speaker="prefix")
+    plain_terms = {"lexical_stemmer": "none", "lexical_stopwords": "none"}
+    base = RetrievalSettings(use_dense=False, use_dense_rocchio=False, use_bm25_turn=True,
+                             people_overrides={}, **plain_terms)
+    on = RetrievalSettings(use_dense=False, use_dense_rocchio=False, use_bm25_turn=True,
+                           people_overrides={}, lexical_speaker="prefix", **plain_terms)
     plain = P.build_corpus(people, base)
     named = P.build_corpus(people, on)
     assert plain.bm25_user is not None and named.bm25_user is not None
@@ -175,8 +180,9 @@ def test_people_overrides_may_choose_the_analyser_for_people_chats() -> None:
     from engram_eval.data.records import Session, Turn
     from engram_eval.retrieval import pipeline as P
 
-    s = RetrievalSettings(use_dense=False, people_overrides={
-        "lexical_stemmer": "snowball-english", "lexical_speaker": "prefix"})
+    s = RetrievalSettings(use_dense=False, use_dense_rocchio=False, lexical_stemmer="none",
+                          lexical_stopwords="none", people_overrides={
+                              "lexical_stemmer": "snowball-english", "lexical_speaker": "prefix"})
     people = _people([("Alice", "adopted cats")])
     chat = (Session("c0", "", (Turn("user", "adopted cats", 0),)),)
     assert P.build_corpus(people, s).bm25_user.tokens == [["alic", "adopt", "cat"]]  # type: ignore[union-attr]
@@ -194,6 +200,8 @@ def test_tune_over_two_parts_carries_the_people_runs_own_analyser(tmp_path: Path
         run = tmp_path / f"{name}.hand.jsonl"
         run.write_text("".join(json.dumps(r) + "\n" for r in hand_rows(gold, roles, name)))
         meta = json.loads(sidecar_path(tmp_path / "real.jsonl").read_text())
+        meta["config"].update(lexical_stemmer="none", lexical_stopwords="none",
+                              lexical_speaker="none", people_overrides={})
         if name == "people":
             meta["config"].update(lexical_stemmer="snowball-english", lexical_speaker="prefix")
         sidecar_path(run).write_text(json.dumps(meta))

@@ -84,7 +84,7 @@ def test_a_question_without_an_evidence_user_turn_is_skipped_and_counted() -> No
 
 def _turn_state(alpha: float) -> P.QuestionState:
     q = hand_question()
-    settings = RetrievalSettings(use_dense=False, use_bm25_assistant=False,
+    settings = RetrievalSettings(use_dense=False, use_dense_rocchio=False, use_bm25_assistant=False,
                                  use_bm25_turn=False, weight_bm25_user=1.0, temporal=False,
                                  rerank=True, rerank_unit="turn", fusion_alpha=alpha,
                                  rerank_candidates=3, preserve_prior=False)

@@ -24,7 +24,7 @@ FIXTURE = ROOT / "fixtures" / "longmemeval_tiny.json"
 EXAMPLE_GRID = ROOT / "benchmarks" / "longmemeval" / "tune_grid.yaml"
 
 # A BM25-only hybrid run (no model needed) that computes and traces every lexical signal.
-LEXICAL_RUN = dict(retriever="hybrid", use_dense=False, use_bm25_turn=True, use_bm25_prf=True,
+LEXICAL_RUN = dict(retriever="hybrid", use_dense=False, use_dense_rocchio=False, use_bm25_turn=True, use_bm25_prf=True,
                    feedback_source="bm25_user", progress=False, use_cache=False, rerank=False)
 
 

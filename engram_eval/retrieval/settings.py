@@ -307,7 +307,8 @@ class RetrievalSettings:
                               "dense_piece_words")
         if self.use_dense_rocchio and not self.use_dense:
             raise ConfigError("config field use_dense_rocchio: needs use_dense (it re-scores "
-                              "the dense pieces)")
+                              "the dense pieces); without dense retrieval say "
+                              "--no-use-dense-rocchio too (or use --retriever bm25)")
         if self.people_overrides:
             if not isinstance(self.people_overrides, Mapping):
                 raise ConfigError("config field people_overrides: must be a mapping of "
