@@ -70,12 +70,6 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def result(pristine: Path, tmp_path: Path) -> Path:
     """A private copy of a good run (result, sidecar, summary) to tamper with."""
-    import shutil
+    from run_files import copy_run
 
-    from engram_eval.provenance.sidecar import sidecar_path, summary_path
-
-    out = tmp_path / "out.jsonl"
-    for src, dst in ((pristine, out), (sidecar_path(pristine), sidecar_path(out)),
-                     (summary_path(pristine), summary_path(out))):
-        shutil.copyfile(src, dst)
-    return out
+    return copy_run(pristine, tmp_path / "out.jsonl")

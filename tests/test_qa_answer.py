@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY_LONGMEMEVAL
 from fake_openai import FakeServer, Raw, error
+from run_files import edit_line
 
 from engram_eval.errors import ConfigError, ProvenanceError
 from engram_eval.provenance.sidecar import sidecar_path
@@ -280,14 +281,6 @@ def test_url_credentials_never_reach_the_recorded_command() -> None:
 
 
 # --------------------------------------------------------------------------- resume re-checks
-def _edit_line(path: Path, n: int, fn) -> None:
-    ls = path.read_text().splitlines(keepends=True)
-    row = json.loads(ls[n])
-    fn(row)
-    ls[n] = json.dumps(row, ensure_ascii=False) + "\n"
-    path.write_text("".join(ls))
-
-
 def _swap_question_ids(path: Path) -> None:
     ls = [json.loads(x) for x in path.read_text().splitlines()]
     ls[0]["question_id"], ls[1]["question_id"] = ls[1]["question_id"], ls[0]["question_id"]
@@ -295,15 +288,15 @@ def _swap_question_ids(path: Path) -> None:
 
 
 @pytest.mark.parametrize(("edit", "match"), [
-    (lambda p: _edit_line(p, 1, lambda r: r.__setitem__("hypothesis", "forged")),
+    (lambda p: edit_line(p, 1, lambda r: r.__setitem__("hypothesis", "forged")),
      r"line 2 \(question '[^']+'\): field 'hypothesis': does not match its hypothesis_sha256"),
     (_swap_question_ids, r"line 1 \(question '[^']+'\): field 'prompt_sha256': not the sha256 "
      "of this question's messages"),
-    (lambda p: _edit_line(p, 0, lambda r: r.__setitem__("note", "x")),
+    (lambda p: edit_line(p, 0, lambda r: r.__setitem__("note", "x")),
      r"line 1 .*field 'note': not a field engram-eval writes"),
-    (lambda p: _edit_line(p, 2, lambda r: r.__setitem__("question_id", "lme_t99")),
+    (lambda p: edit_line(p, 2, lambda r: r.__setitem__("question_id", "lme_t99")),
      r"line 3: question_id 'lme_t99' is not in the run's selection"),
-    (lambda p: _edit_line(p, 0, lambda r: (r.pop("prompt_sha256"),
+    (lambda p: edit_line(p, 0, lambda r: (r.pop("prompt_sha256"),
                                            r.pop("hypothesis_sha256"))),
      r"field 'prompt_sha256': missing: rows written before engram-eval recorded content "
      r"hashes .* start a new output"),

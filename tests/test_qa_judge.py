@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY_LONGMEMEVAL
 from fake_openai import FakeServer
+from run_files import edit_line
 
 from engram_eval.data.datasets import load_questions
 from engram_eval.errors import ProvenanceError
@@ -173,14 +174,6 @@ def _judged(hypotheses: Path, questions: dict, out: Path) -> JudgeConfig:
     return cfg
 
 
-def _edit_line(path: Path, n: int, fn) -> None:
-    ls = path.read_text().splitlines(keepends=True)
-    row = json.loads(ls[n])
-    fn(row)
-    ls[n] = json.dumps(row, ensure_ascii=False) + "\n"
-    path.write_text("".join(ls))
-
-
 def test_rows_record_the_prompt_and_reply_hashes(hypotheses: Path, questions: dict,
                                                  tmp_path: Path) -> None:
     from engram_eval.io import sha256_json
@@ -212,7 +205,7 @@ def test_resume_refuses_a_kept_judgement_whose_content_changed(
     out = tmp_path / "judged.jsonl"
     cfg = _judged(hypotheses, questions, out)
     out.write_text("".join(out.read_text().splitlines(keepends=True)[:5]))  # interrupted
-    _edit_line(out, 3, edit)
+    edit_line(out, 3, edit)
     before = out.read_bytes()
     with pytest.raises(ProvenanceError, match=r"line 4 \(question '[^']+'\): " + match) as e:
         judge(hypotheses, TINY_LONGMEMEVAL, out, cfg, resume=True, echo=lambda m: None)
@@ -240,7 +233,7 @@ def test_judge_refuses_a_hypothesis_edited_against_its_hash(hypotheses: Path,
     hypothesis_sha256 still tells an edited text."""
     hyp = tmp_path / "hyp.jsonl"
     hyp.write_text(hypotheses.read_text())
-    _edit_line(hyp, 2, lambda r: r.__setitem__("hypothesis", "forged"))
+    edit_line(hyp, 2, lambda r: r.__setitem__("hypothesis", "forged"))
     with pytest.raises(ProvenanceError, match="field 'hypothesis' does not match its "
                        "hypothesis_sha256"):
         judge(hyp, TINY_LONGMEMEVAL, tmp_path / "j.jsonl",

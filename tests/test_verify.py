@@ -370,13 +370,9 @@ def hybrid_pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def hybrid(hybrid_pristine: Path, tmp_path: Path) -> Path:
-    import shutil
+    from run_files import copy_run
 
-    out = tmp_path / "bm25.jsonl"
-    for src, dst in ((hybrid_pristine, out), (sidecar_path(hybrid_pristine), sidecar_path(out)),
-                     (summary_path(hybrid_pristine), summary_path(out))):
-        shutil.copyfile(src, dst)
-    return out
+    return copy_run(hybrid_pristine, tmp_path / "bm25.jsonl")
 
 
 def test_a_good_hybrid_run_verifies_with_its_traces(hybrid: Path) -> None:
