@@ -69,7 +69,9 @@ fold_model() {
 folds() {
   local cand="$SCRATCH/new_candidates.jsonl" i a fam f
   echo "== 2. candidates: the chosen first stage on the whole tune part"
-  merged_candidates "$LEX" "$LME_TUNE" "$cand"
+  # the commit whose sources made those runs (tests/published_checks.py SOURCES_AT)
+  [ -e "$cand" ] || "$E" merge "$LEX/fold0_none.jsonl.gz" "$LEX/fold1_none.jsonl.gz" \
+    --dataset "$LME_TUNE" --output "$cand" --sources-at 8012952 | tail -n 1
   echo "== 3. fold cross-encoders on those candidates"
   for i in 0 1; do
     [ -e "$SCRATCH/ce_new_fold$i" ] || "$E" train-reranker "$LME_TUNE" --run "$cand" \
