@@ -41,7 +41,13 @@ import numpy as np
 
 from engram_eval.data._jsonio import parse_json_text
 from engram_eval.errors import DataError, InputError, ProvenanceError, StorageError
-from engram_eval.io import make_parent, remove_contained, storage_errors
+from engram_eval.io import (
+    UnsafePathError,
+    database_problem,
+    make_parent,
+    remove_contained,
+    storage_errors,
+)
 
 FORMAT_VERSION = 1
 #: The tables and columns a store must have.
@@ -134,6 +140,11 @@ class MemoryStore:
     @classmethod
     def create(cls, path: str | Path, engine: StoreEngine) -> MemoryStore:
         p = Path(path)
+        problem = database_problem(p)
+        if problem is not None:  # a link (dangling or not), a FIFO, a device, a directory
+            raise UnsafePathError(p, f"{problem}; a memory store is created as a new regular "
+                                  "file: remove it or choose another path (nothing was "
+                                  "written)")
         if p.exists():
             raise ProvenanceError(f"{p}: a memory store already exists there")
         with storage_errors(p, "create", cls=StorageError):
@@ -166,6 +177,10 @@ class MemoryStore:
     @classmethod
     def open(cls, path: str | Path, engine: StoreEngine) -> MemoryStore:
         p = Path(path)
+        problem = database_problem(p)
+        if problem is not None:  # SQLite would hang on a FIFO or follow a link elsewhere
+            raise DataError(p, "(file)", "(database)", f"{problem}; a memory store must be "
+                            "a regular file")
         if not p.is_file():
             raise ProvenanceError(f"{p}: no memory store there")
         try:
