@@ -270,7 +270,8 @@ def input_problem(path: str | Path) -> str | None:
     try:
         mode = os.stat(path).st_mode
     except OSError:  # as os.path.exists: whatever cannot be stat-ed is not found
-        return "file not found"
+        link = link_problem(path)  # a dangling link says where it points
+        return "file not found" + (f" ({link})" if link else "")
     return None if stat.S_ISREG(mode) else f"is a {_kind(mode)}, not a regular file"
 
 

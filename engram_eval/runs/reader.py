@@ -27,6 +27,7 @@ from typing import Any
 
 from engram_eval.data._jsonio import read_json_document
 from engram_eval.errors import ProvenanceError
+from engram_eval.io import link_problem
 from engram_eval.provenance.sidecar import read_sidecar, sidecar_path, summary_path
 from engram_eval.runs.rows import RowScan, scan_rows
 
@@ -80,6 +81,9 @@ def default_protocol(rows: list[dict[str, Any]]) -> str:
 
 def _read_json_object(path: Path, what: str) -> dict[str, Any] | None:
     if not path.exists():
+        link = link_problem(path)
+        if link is not None:  # a dangling link is not an absent file
+            raise ProvenanceError(f"{path}: the {what} {link}")
         return None
     try:
         obj = read_json_document(path, what=f"a {what}")
