@@ -270,8 +270,36 @@ def input_problem(path: str | Path) -> str | None:
     try:
         mode = os.stat(path).st_mode
     except OSError:  # as os.path.exists: whatever cannot be stat-ed is not found
-        return "file not found"
+        link = link_problem(path)  # a dangling link says where it points
+        return "file not found" + (f" ({link})" if link else "")
     return None if stat.S_ISREG(mode) else f"is a {_kind(mode)}, not a regular file"
+
+
+#: The files SQLite keeps beside a database ``X``: ``X-wal``, ``X-shm``, ``X-journal``.
+SQLITE_SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
+
+
+def database_problem(path: str | Path) -> str | None:
+    """Why the SQLite database ``path`` cannot be opened safely, or None: the database or
+    one of the files SQLite keeps beside it (:data:`SQLITE_SIDE_SUFFIXES`) is a symbolic
+    link (SQLite would read or create the file it points to, outside this directory) or
+    exists and is not a regular file (a FIFO would hang SQLite's reads, a device feed it
+    garbage). ``"P: is a ..."`` naming the offending file. Never opens anything."""
+    import stat
+
+    for p in (str(path), *(str(path) + s for s in SQLITE_SIDE_SUFFIXES)):
+        problem = link_problem(p)
+        if problem is not None:
+            return f"{p}: {problem}"
+        try:
+            mode = os.lstat(p).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            return f"{p}: cannot inspect it ({describe_os_error(e, p)})"
+        if not stat.S_ISREG(mode):
+            return f"{p}: is a {_kind(mode)}, not a regular file"
+    return None
 
 
 def open_regular(path: str | Path) -> BinaryIO:

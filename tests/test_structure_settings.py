@@ -104,6 +104,13 @@ def hand_rows(gold: str, chat_roles: bool, prefix: str) -> list[dict]:
     return rows
 
 
+def _select_rows(meta: dict, run: Path) -> None:
+    """A borrowed sidecar selects the hand-made rows (else they are a partial run of its
+    selection)."""
+    ids = [json.loads(x)["question_id"] for x in run.read_text().splitlines()]
+    meta["selection"].update(n=len(ids), ids=ids)
+
+
 def test_tune_over_two_parts_chooses_per_structure(tmp_path: Path) -> None:
     _run("longmemeval_tiny.json", tmp_path, "real")  # any valid sidecar without rerank
     runs = []
@@ -112,6 +119,7 @@ def test_tune_over_two_parts_chooses_per_structure(tmp_path: Path) -> None:
         run.write_text("".join(json.dumps(r) + "\n" for r in hand_rows(gold, roles, name)))
         meta = json.loads(sidecar_path(tmp_path / "real.jsonl").read_text())
         meta["config"]["people_overrides"] = {}  # one analyser for both structures
+        _select_rows(meta, run)
         sidecar_path(run).write_text(json.dumps(meta))
         runs.append(str(run))
     grid = tmp_path / "g.yaml"
@@ -204,6 +212,7 @@ def test_tune_over_two_parts_carries_the_people_runs_own_analyser(tmp_path: Path
                               lexical_speaker="none", people_overrides={})
         if name == "people":
             meta["config"].update(lexical_stemmer="snowball-english", lexical_speaker="prefix")
+        _select_rows(meta, run)
         sidecar_path(run).write_text(json.dumps(meta))
         runs.append(str(run))
     grid = tmp_path / "g.yaml"

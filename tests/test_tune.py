@@ -135,7 +135,10 @@ def test_tune_finds_the_hand_checked_optimum(real_run: Path, tmp_path: Path,
         monkeypatch.delenv(k, raising=False)  # cli.main sets them; keep them from leaking
     run = tmp_path / "hand.jsonl"
     run.write_text("".join(json.dumps(r) + "\n" for r in hand_rows()))
-    shutil.copy(sidecar_path(real_run), sidecar_path(run))  # any valid sidecar without rerank
+    # any valid sidecar without rerank, selecting the hand rows (else a partial run)
+    meta = json.loads(sidecar_path(real_run).read_text())
+    meta["selection"].update(n=len(HAND), ids=list(HAND))
+    sidecar_path(run).write_text(json.dumps(meta))
     grid = write_grid(tmp_path / "g.yaml", {"fusion": ["convex", "rrf"], "rrf_k": [60],
                                              "weights": {"dense": [1], "bm25_user": [0, 1]}})
     out = tmp_path / "c.yaml"

@@ -57,6 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except (EngramEvalError, FileNotFoundError, FileExistsError, PermissionError) as e:
         msg = str(e).strip()
+        if isinstance(e, FileNotFoundError) and e.filename and msg.startswith("[Errno"):
+            from engram_eval.io import link_problem
+
+            link = link_problem(e.filename)  # a dangling link says where it points
+            msg = f"{e.filename}: file not found" + (f" ({link})" if link else "")
         print(f"engram-eval {args.command}: error: {msg}", file=sys.stderr)
         return 2
     except OSError as e:  # an operating-system failure not named where it happened: one line

@@ -470,6 +470,9 @@ def iter_list_items(path: str | Path, id_key: str | None = None) -> Iterator[Any
                                  ) from None
         except (OSError, EOFError, zlib.error) as exc:
             raise InputError(p, FILE_RECORD, ROOT_FIELD, f"cannot read file: {exc}") from exc
+        except UnicodeDecodeError as exc:  # bytes the parser passed on that are not UTF-8
+            raise InputError(p, f"index {index}", ROOT_FIELD, f"not valid UTF-8 text: {exc}"
+                             ) from None
         if f.tripped:
             raise InputError(p, f"index {index}", ROOT_FIELD,
                              f"a string (or value) longer than {MAX_STRING_CHARS} characters: "

@@ -41,7 +41,13 @@ import numpy as np
 
 from engram_eval.data._jsonio import parse_json_text
 from engram_eval.errors import DataError, InputError, ProvenanceError, StorageError
-from engram_eval.io import make_parent, remove_contained, storage_errors
+from engram_eval.io import (
+    UnsafePathError,
+    database_problem,
+    make_parent,
+    remove_contained,
+    storage_errors,
+)
 
 FORMAT_VERSION = 1
 #: The tables and columns a store must have.
@@ -134,6 +140,11 @@ class MemoryStore:
     @classmethod
     def create(cls, path: str | Path, engine: StoreEngine) -> MemoryStore:
         p = Path(path)
+        problem = database_problem(p)
+        if problem is not None:  # a link (dangling or not), a FIFO, a device, a directory
+            raise UnsafePathError(p, f"{problem}; a memory store is created as a new regular "
+                                  "file: remove it or choose another path (nothing was "
+                                  "written)")
         if p.exists():
             raise ProvenanceError(f"{p}: a memory store already exists there")
         with storage_errors(p, "create", cls=StorageError):
@@ -166,6 +177,10 @@ class MemoryStore:
     @classmethod
     def open(cls, path: str | Path, engine: StoreEngine) -> MemoryStore:
         p = Path(path)
+        problem = database_problem(p)
+        if problem is not None:  # SQLite would hang on a FIFO or follow a link elsewhere
+            raise DataError(p, "(file)", "(database)", f"{problem}; a memory store must be "
+                            "a regular file")
         if not p.is_file():
             raise ProvenanceError(f"{p}: no memory store there")
         try:
@@ -252,6 +267,8 @@ class MemoryStore:
     # -- writing --------------------------------------------------------------------
     def add(self, memories: Sequence[Memory]) -> int:
         """Add memories (ids must be new and unique); returns how many were added."""
+        from engram_eval.retrieval.temporal import unparsable
+
         ids = [m.id for m in memories]
         seen: set[str] = set()
         for m in memories:
@@ -259,6 +276,10 @@ class MemoryStore:
                 raise DataError(self.path, f"memory {m.id!r}", "id",
                                 "memory ids must be non-empty and unique")
             seen.add(m.id)
+            if unparsable(m.date):  # the temporal step would silently ignore it
+                raise DataError(self.path, f"memory {m.id!r}", "date",
+                                f"{m.date[:80]!r} is not a calendar date (leave it empty "
+                                "for an undated memory)")
         with _reading(self.path):
             clash = [r[0] for r in self.conn.execute(
                 f"SELECT id FROM memories WHERE id IN ({','.join('?' * len(ids))})", ids)
@@ -359,6 +380,11 @@ class MemoryStore:
         """Gated search over the stored memories: the engine's ``search``
         (:func:`engram_eval.production.search.search_memories`), returning its
         :class:`~engram_eval.production.search.SearchResponse`."""
+        from engram_eval.retrieval.temporal import unparsable
+
+        if unparsable(now):
+            raise DataError(self.path, "(search)", "now", f"{now[:80]!r} is not a calendar "
+                            "date (leave it empty when the query has no date)")
         pieces, vectors = self.pieces()
         return self.engine.search(query, now=now, memories=self.memories(), pieces=pieces,
                                   vectors=vectors, limit=limit, min_confidence=min_confidence)

@@ -24,7 +24,7 @@ from typing import Any
 
 from engram_eval.data._jsonio import read_json_document
 from engram_eval.errors import ConfigError, ProvenanceError
-from engram_eval.io import sha256_json
+from engram_eval.io import link_problem, sha256_json
 from engram_eval.provenance.sidecar import claim_output, diff, record_run, sidecar_path
 from engram_eval.runs.rows import OutputLock, RowScan, is_compressed, scan_rows, truncate_torn_tail
 
@@ -71,8 +71,9 @@ def fingerprint(meta: Mapping[str, Any], fields: Sequence[str]) -> str:
 def read_plain_sidecar(output: str | Path) -> dict[str, Any]:
     side = sidecar_path(output)
     if not side.exists():
-        raise ProvenanceError(f"{side}: sidecar is missing; {output} cannot be resumed or "
-                              "checked without it")
+        link = link_problem(side)
+        raise ProvenanceError(f"{side}: sidecar is missing{f' ({link})' if link else ''}; "
+                              f"{output} cannot be resumed or checked without it")
     try:
         meta = read_json_document(side, what="a sidecar")
     except OSError as e:

@@ -101,7 +101,8 @@ def read_hypotheses(path: str | Path) -> tuple[list[dict[str, Any]], str, dict[s
                                   "'hypothesis' does not match its hypothesis_sha256 (the "
                                   "text was changed after it was written)")
     side = sidecar_path(path)
-    meta = read_json_document(side, what="a sidecar") if side.exists() else None
+    # a dangling link at the sidecar is not "no sidecar": reading it says so
+    meta = read_json_document(side, what="a sidecar") if os.path.lexists(side) else None
     if meta is not None:
         done = [e for e in meta.get("runs", []) if e.get("completed")]
         if not done or done[-1].get("rows_sha256") != scan.sha256:

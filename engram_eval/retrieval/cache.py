@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from engram_eval.errors import CacheError
-from engram_eval.io import describe_os_error
+from engram_eval.io import database_problem, describe_os_error
 
 _log = logging.getLogger(__name__)
 
@@ -198,6 +198,12 @@ class VectorCache:
                 f"cannot create the cache directory {self.path.parent}: "
                 f"{describe_os_error(e, self.path)}; run with --no-use-cache or choose "
                 "another --cache-dir")) from None
+        problem = database_problem(self.path)
+        if problem is not None:  # a FIFO would hang SQLite, a link lead it elsewhere
+            raise CacheError(self.path, "", (
+                f"{problem}; the cache database and the files beside it must be regular "
+                "files or absent: delete it, run with --no-use-cache, or choose another "
+                "--cache-dir"))
         with self._guard():
             self._db = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S,
                                        isolation_level=None)  # transactions are explicit

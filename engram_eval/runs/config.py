@@ -130,11 +130,18 @@ class RunConfig(RetrievalSettings, MemoLexicalSettings):
         names = {f.name: f for f in fields(cls)}
         out: dict[str, Any] = {}
         for k, v in data.items():
+            if not isinstance(k, str):
+                raise ConfigError(f"{source}: config field name {short_repr(k)} is not a string")
             key = k.replace("-", "_")
             if key not in names:
                 raise ConfigError(f"{source}: unknown config field {short_repr(k)}")
             out[key] = _coerce(names[key], v, source)
-        return cls(**out).validate()
+        try:
+            return cls(**out).validate()
+        except ConfigError as e:
+            if str(e).startswith(f"{source}:"):
+                raise
+            raise ConfigError(f"{source}: {e}") from None
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> RunConfig:
@@ -156,6 +163,9 @@ def read_yaml_mapping(path: str | Path, what: str, expected: str) -> dict[str, A
 
         try:
             text = read_regular_text(path, MAX_YAML_BYTES)  # a FIFO or device: one error
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{path}: cannot read {what}: not UTF-8 text (byte "
+                              f"{e.start}: {e.reason})") from None
         except ValueError:
             raise ConfigError(f"{path}: {what} is over {MAX_YAML_BYTES} bytes; a config file "
                               f"is at most {MAX_YAML_BYTES}") from None
@@ -164,11 +174,59 @@ def read_yaml_mapping(path: str | Path, what: str, expected: str) -> dict[str, A
             data = loader.get_single_data() or {}
         finally:
             loader.dispose()
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ConfigError(f"{path}: cannot read {what}: {e}") from e
+    except ConfigError:
+        raise
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: cannot read {what}: {_yaml_problem(e)}") from None
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise ConfigError(f"{path}: cannot read {what}: {str(e)[:200]}") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read {what}: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: {what} top level must be {expected}")
+    bad = next((k for k in data if not isinstance(k, str)), _NO_KEY)
+    if bad is not _NO_KEY:
+        raise ConfigError(f"{path}: {what}: key {short_repr(bad)} is not a field name "
+                          "(keys are strings)")
+    _refuse_lone_surrogates(data, path, what)
     return data
+
+
+def _refuse_lone_surrogates(data: Any, path: str | Path, what: str) -> None:
+    """A string holding a lone surrogate (``"\\ud800"``: not text, and no UTF-8 output can
+    hold it) is one :class:`ConfigError` naming the key. The nesting is bounded
+    (:data:`MAX_YAML_DEPTH`) and aliases are refused, so the walk is small."""
+    todo: list[tuple[str, Any]] = [("", data)]
+    while todo:
+        key, value = todo.pop()
+        items: list[tuple[str, Any]] = []
+        if isinstance(value, dict):
+            items = [(f"{key}.{k}" if key else str(k), v) for k, v in value.items()]
+            items += [(key or "(top level)", k) for k in value]
+        elif isinstance(value, (list, tuple, set)):
+            items = [(f"{key}[{i}]", v) for i, v in enumerate(value)]
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ConfigError(f"{path}: {what}: key {short_repr(key or '(top level)')}: "
+                                  f"a lone surrogate {value[e.start]!r} at character "
+                                  f"{e.start} is not text (UTF-8 cannot hold it)") from None
+        todo.extend(items)
+
+
+_NO_KEY = object()
+
+
+def _yaml_problem(e: Exception) -> str:
+    """A YAML error in one line: ``line L, column C: problem`` (PyYAML's own text spans
+    several lines and quotes the offending source)."""
+    if getattr(e, "reason", None) is not None and getattr(e, "position", None) is not None:
+        return f"character {e.position}: {e.reason}"  # type: ignore[attr-defined]  # ReaderError
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    problem = getattr(e, "problem", None) or getattr(e, "context", None) or str(e)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return where + " ".join(str(problem).split())[:200]
 
 
 #: A config or grid file larger than this is refused before it is parsed.

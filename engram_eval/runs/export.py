@@ -14,7 +14,7 @@ from typing import Any
 
 from engram_eval.data.datasets import load_questions
 from engram_eval.errors import DataError, ProvenanceError
-from engram_eval.io import exclusive_write, refuse_links, remove_contained
+from engram_eval.io import exclusive_write, refuse_links, remove_contained, sha256_file
 from engram_eval.provenance.sidecar import sidecar_path, summary_path
 from engram_eval.runs.reader import read_run
 from engram_eval.runs.rows import open_rows, read_rows_bytes
@@ -47,6 +47,14 @@ def export_official_log(result: str | Path, out: str | Path, dataset: str | Path
     non-``_abs`` questions are therefore exactly this package's ``official`` summary."""
     run = read_run(result, within_selection=True)
     rows = run.rows
+    # The log carries the dataset's questions, answers and ids beside the run's ranking:
+    # another file with the same question ids (another release, an edited copy) would
+    # silently mix the two.
+    got = sha256_file(dataset)
+    if got != run.dataset_sha256:
+        raise ProvenanceError(f"{dataset}: sha256 {got[:16]}... is not the dataset of the run "
+                              f"{result} ({(run.dataset_sha256 or '?')[:16]}...); pass the "
+                              "dataset the run was made over")
     _, qs = load_questions(dataset, run.metadata["dataset_format"])
     by_id = {q.question_id: q for q in qs}
     lines = []

@@ -27,6 +27,7 @@ from typing import Any
 
 from engram_eval.data._jsonio import read_json_document
 from engram_eval.errors import ProvenanceError
+from engram_eval.io import link_problem
 from engram_eval.provenance.sidecar import read_sidecar, sidecar_path, summary_path
 from engram_eval.runs.rows import RowScan, scan_rows
 
@@ -80,6 +81,9 @@ def default_protocol(rows: list[dict[str, Any]]) -> str:
 
 def _read_json_object(path: Path, what: str) -> dict[str, Any] | None:
     if not path.exists():
+        link = link_problem(path)
+        if link is not None:  # a dangling link is not an absent file
+            raise ProvenanceError(f"{path}: the {what} {link}")
         return None
     try:
         obj = read_json_document(path, what=f"a {what}")
@@ -90,6 +94,30 @@ def _read_json_object(path: Path, what: str) -> dict[str, Any] | None:
     if not isinstance(obj, dict):
         raise ProvenanceError(f"{path}: the {what} is not a JSON object")
     return obj
+
+
+def _refuse_unfinished(p: Path, scan: RowScan, sidecar: dict[str, Any] | None,
+                       summary: dict[str, Any] | None) -> None:
+    """Refuse a run that never finished (interrupted, killed, or cut short by hand): it has
+    a sidecar but no summary (the summary is written last, only when every selected
+    question has its row), fewer rows than its selection, and the sidecar's last run entry
+    does not record these rows as the end of a completed run. A partial run exported, scored or tuned would silently
+    stand for the whole selection. A summary present is checked against the rows by the
+    caller (its ``rows_sha256``); a run with neither sidecar nor summary cannot say."""
+    if summary is not None or sidecar is None:
+        return
+    runs = sidecar.get("runs")
+    last = runs[-1] if isinstance(runs, list) and runs else None
+    if isinstance(last, dict) and last.get("rows_sha256") == scan.sha256:
+        return
+    selection = sidecar.get("selection")
+    n = selection.get("n") if isinstance(selection, dict) else None
+    if not isinstance(n, int) or len(scan.rows) >= n:
+        return  # every selected question has a row (whether they are the recorded ones is
+        # verify's question)
+    raise ProvenanceError(f"{p}: the run is unfinished: {len(scan.rows)} of the {n} selected "
+                          "questions have rows, there is no summary and its sidecar records "
+                          "no completed run over these rows (finish it with --resume first)")
 
 
 def read_metadata(result: str | Path) -> dict[str, Any]:
@@ -131,6 +159,7 @@ def read_run(path: str | Path, *, require_sidecar: bool = False,
         raise ProvenanceError(f"{summary_path(p)}: records rows_sha256 {recorded} but the rows "
                               f"of {p} hash to {scan.sha256}; the summary does not describe "
                               "them")
+    _refuse_unfinished(p, scan, sidecar, summary)
     shas: dict[str, str] = {}
     name = None
     if summary and summary.get("dataset_sha256"):

@@ -155,8 +155,15 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
 
     keys: dict[str, str] = {}  # question id -> question key, for the held-out guard
 
+    absent_gold: dict[str, list[str]] = {}  # question id -> answer ids not in its haystack
+
     def _observe(q: Any) -> None:
         keys[q.question_id] = key_of(q)
+        if q.answer_session_ids:
+            haystack = {s.session_id for s in q.sessions}
+            gone = [a for a in q.answer_session_ids if a not in haystack]
+            if gone:
+                absent_gold[q.question_id] = gone
         counts = unparsable_dates(q)
         if any(counts):
             bad_dates[q.question_id] = counts
@@ -171,6 +178,12 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
     if not ids:
         _log.warning("%s: --shard %s selects none of the %d questions; its result will have "
                      "0 rows (it only completes a merge)", dataset, config.shard, len(all_ids))
+    absent = [i for i in ids if i in absent_gold]
+    if absent:  # never retrievable: scored as missed, which the user should know
+        _log.warning("%s: %d selected question(s) name answer session ids that are not in "
+                     "their haystack (e.g. %s: %s); no retriever can rank them, so they count "
+                     "as missed in every protocol whose gold is answer_session_ids",
+                     dataset, len(absent), absent[0], ", ".join(absent_gold[absent[0]][:3]))
     dates = unparsable_date_counts(bad_dates[i] for i in ids if i in bad_dates)
     if any(dates.values()):
         _log.warning("%s: %d question date(s) and %d session date(s) are not empty but "
