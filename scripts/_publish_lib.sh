@@ -1,8 +1,15 @@
-# Shared by scripts/publish_longmemeval_dev.sh and scripts/publish_locomo.sh (sourced, not
-# run). Set DATA, CACHE and OUT (and optionally FORMAT: longmemeval|locomo) before sourcing;
-# then
-#   refuse_existing FILE ...   stop before anything runs when OUT already holds a file the
-#                              publication would write (nothing is ever overwritten)
+# The one preamble of every scripts/publish_*.sh (sourced, not run):
+#   source "$(dirname "$0")/_publish_lib.sh"
+# It sets how the package is called, the same way for every script:
+#   ENGRAM_EVAL (short name E)       the engram-eval command (default .venv/bin/engram-eval)
+#   PUBLISH_PYTHON (short name PY)   python for benchmarks/ and scripts/ (default .venv/bin/python)
+# (paths relative to the repository root, where every publish script runs), and defines
+#   refuse_existing FILE ...   stop before anything runs when a file the publication would write
+#                              already exists (nothing is ever overwritten); creates OUT when set
+#   with_companions FILE ...   print each FILE and its .metadata.json and .summary.json
+#
+# scripts/publish_longmemeval_dev.sh and scripts/publish_locomo.sh also set DATA, CACHE and OUT
+# (and optionally FORMAT: longmemeval|locomo; scripts/_publish_args.sh) and use
 #   publish NAME [options]     `engram-eval run` into OUT/NAME.jsonl, verify it against the
 #                              dataset (verify_all), then `engram-eval compress` it, so only
 #                              NAME.jsonl.gz (+ .metadata.json, .summary.json) remain
@@ -28,9 +35,9 @@ set -o pipefail
 VERIFY_RERUN="${VERIFY_RERUN:-3}"
 ENGRAM_EVAL="${ENGRAM_EVAL:-.venv/bin/engram-eval}"
 PUBLISH_PYTHON="${PUBLISH_PYTHON:-.venv/bin/python}"
+E="$ENGRAM_EVAL"
+PY="$PUBLISH_PYTHON"
 read -r -a PUBLISH_EXTRA <<< "${PUBLISH_EXTRA_ARGS:-}"
-RUN=("$ENGRAM_EVAL" run "$DATA" --cache-dir "$CACHE" --no-progress)
-if [ -n "${FORMAT:-}" ]; then RUN+=(--dataset-format "$FORMAT"); fi
 
 run_files() {
   local b="$OUT/$1.jsonl" s
@@ -43,10 +50,15 @@ refuse_existing() {
     if [ -e "$f" ] || [ -L "$f" ]; then n=$((n + 1)); [ -n "$first" ] || first="$f"; fi
   done
   if [ "$n" -ne 0 ]; then
-    echo "refusing to publish: $OUT already holds $n file(s) this script writes (e.g. $first); move or delete the old results first (nothing was run)" >&2
+    echo "refusing to publish: ${OUT:-the results} already holds $n file(s) this script writes (e.g. $first); move or delete the old results first (nothing was run)" >&2
     return 1
   fi
-  mkdir -p "$OUT"
+  if [ -n "${OUT:-}" ]; then mkdir -p "$OUT"; fi
+}
+
+with_companions() {
+  local f
+  for f in "$@"; do printf '%s\n' "$f" "$f.metadata.json" "$f.summary.json"; done
 }
 
 refuse_planned() {
@@ -92,6 +104,8 @@ run() {
   _run_args "$@"
   echo "== $name: ${RUN_ARGS[*]}"
   mkdir -p "$OUT"
+  local RUN=("$ENGRAM_EVAL" run "$DATA" --cache-dir "$CACHE" --no-progress)
+  if [ -n "${FORMAT:-}" ]; then RUN+=(--dataset-format "$FORMAT"); fi
   "${RUN[@]}" --output "$OUT/$name.jsonl" "${RUN_ARGS[@]}" | tail -n 5
 }
 

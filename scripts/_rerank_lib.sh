@@ -1,7 +1,8 @@
 # Shared by the rerank publish scripts (sourced, not run): publish_rerank.sh,
-# publish_rerank_locomo.sh, publish_rerank_unit.sh. Set E (the engram-eval command) and PY
-# (python) before sourcing. Every function leaves existing outputs alone (a stopped
-# publication resumes) and returns non-zero on a mismatch, which stops a `set -e` script.
+# publish_rerank_locomo.sh, publish_rerank_unit.sh and the later ones. Source
+# scripts/_publish_lib.sh first (it sets E, the engram-eval command, and PY, python). Every
+# function leaves existing outputs alone (a stopped publication resumes) and returns non-zero
+# on a mismatch, which stops a `set -e` script.
 #   recreate_split MANIFEST SRC DIR   re-create a published split of SRC in DIR (same salt and
 #                                     held-out share); every part's sha256 must equal MANIFEST's
 #   part_of DIR tune|heldout          the path of that part in DIR

@@ -22,7 +22,8 @@ set -euo pipefail
 [ "$#" = 4 ] || { echo "usage: $0 fit|measure LME_DEV LOCOMO CACHE" >&2; exit 2; }
 PHASE=$1; LME=$(realpath "$2"); LOCOMO=$(realpath "$3"); CACHE=$(realpath -m "$4")
 cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
+# shellcheck source=scripts/_publish_lib.sh
+source scripts/_publish_lib.sh  # ENGRAM_EVAL (E), PUBLISH_PYTHON (PY), refuse_existing
 OUT=results/confidence/full
 B=benchmarks/production_retrieval
 SPLITS=${SPLITS:-$(mktemp -d /tmp/confidence-splits.XXXXXX)}

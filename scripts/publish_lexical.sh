@@ -44,8 +44,8 @@ LOCOMO="$3"
 CACHE="$4"
 SCRATCH="${5:-/tmp/w/lex27}"
 OUT=results/lexical
-E="${ENGRAM_EVAL:-.venv/bin/engram-eval}"
-PY=.venv/bin/python
+# shellcheck source=scripts/_publish_lib.sh
+source "$(dirname "$0")/_publish_lib.sh"  # ENGRAM_EVAL (E), PUBLISH_PYTHON (PY), refuse_existing
 COMMON=(--cache-dir "$CACHE" --no-progress)
 ALL_SIGNALS=(--use-dense --use-bm25-user --use-bm25-assistant --use-bm25-turn --use-bm25-prf
              --use-dense-rocchio --no-rerank)

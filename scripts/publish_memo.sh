@@ -25,8 +25,8 @@ LME="$1"
 LOCOMO="$2"
 CACHE="$3"
 SCRATCH="${4:-$(mktemp -d /tmp/engram-memo.XXXXXX)}"
-E="${ENGRAM_EVAL:-.venv/bin/engram-eval}"
-PY="${PUBLISH_PYTHON:-.venv/bin/python}"
+# shellcheck source=scripts/_publish_lib.sh
+source "$(dirname "$0")/_publish_lib.sh"  # ENGRAM_EVAL (E), PUBLISH_PYTHON (PY), refuse_existing
 L=results/longmemeval_s_dev
 C=results/locomo10
 PLANNED=("$L/memo_lexical.jsonl" "$L/memo_lexical.jsonl.gz" "$C/memo_lexical.jsonl"
@@ -34,11 +34,8 @@ PLANNED=("$L/memo_lexical.jsonl" "$L/memo_lexical.jsonl.gz" "$C/memo_lexical.jso
 for b in hybrid_default bm25_only; do
   PLANNED+=("$L/compare_memo_lexical_vs_$b.json" "$C/compare_memo_lexical_vs_$b.json")
 done
-for f in "${PLANNED[@]}"; do
-  for g in "$f" "$f.metadata.json" "$f.summary.json"; do
-    if [ -e "$g" ]; then echo "$g exists: move the old publication away first" >&2; exit 1; fi
-  done
-done
+mapfile -t PLANNED < <(with_companions "${PLANNED[@]}")
+refuse_existing "${PLANNED[@]}"
 if [ -n "$(git status --porcelain engram_eval benchmarks scripts)" ]; then
   echo "engram_eval/, benchmarks/ or scripts/ has uncommitted changes: commit the code first" >&2
   exit 1

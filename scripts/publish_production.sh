@@ -11,7 +11,8 @@ WORK="${WORK:-$(mktemp -d /tmp/prod-work.XXXXXX)}"
 LME="${LME:-../shared/data/longmemeval/longmemeval_s_cleaned.dev.json.gz}"
 LOCOMO="${LOCOMO:-../shared/data/locomo/locomo10.json}"
 SWEEP_ARGS="${SWEEP_ARGS:-}"
-PY=.venv/bin/python
+# shellcheck source=scripts/_publish_lib.sh
+source "$(dirname "$0")/_publish_lib.sh"  # ENGRAM_EVAL (E), PUBLISH_PYTHON (PY), refuse_existing
 B=benchmarks/production_retrieval
 # The published runs were made under these recorded settings (calibration_v1.json was fitted
 # under them); the package defaults have moved on (calibration_v2.json), so every step names them.

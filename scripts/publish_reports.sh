@@ -17,8 +17,8 @@ set -euo pipefail
 LME="$1"
 SCRATCH="${2:-$(mktemp -d /tmp/engram-reports.XXXXXX)}"
 OUT=results/reports
-E="${ENGRAM_EVAL:-.venv/bin/engram-eval}"
-PY=.venv/bin/python
+# shellcheck source=scripts/_publish_lib.sh
+source "$(dirname "$0")/_publish_lib.sh"  # ENGRAM_EVAL (E), PUBLISH_PYTHON (PY), refuse_existing
 SPLIT=results/longmemeval_s_dev_split
 mkdir -p "$OUT" "$SCRATCH"
 # shellcheck source=scripts/_rerank_lib.sh

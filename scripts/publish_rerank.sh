@@ -27,8 +27,8 @@ CACHE="$2"
 OUT="${3:-results/longmemeval_s_dev_rerank}"
 SCRATCH="${4:-$(mktemp -d /tmp/engram-rerank.XXXXXX)}"
 SPLIT=results/longmemeval_s_dev_split
-E="${ENGRAM_EVAL:-.venv/bin/engram-eval}"
-PY=.venv/bin/python
+# shellcheck source=scripts/_publish_lib.sh
+source "$(dirname "$0")/_publish_lib.sh"  # ENGRAM_EVAL (E), PUBLISH_PYTHON (PY), refuse_existing
 RR=(--rerank --rerank-unit turn --rerank-max-length 128 --rerank-candidates 35
     --reranker-backend onnx)
 COMMON=(--cache-dir "$CACHE" --no-progress)
@@ -41,10 +41,8 @@ declare -A BLEND=([none]="" [a0.0]="--fusion-alpha 0" [a0.3]="--fusion-alpha 0.3
 NAMES=(none a0.0 a0.3 a0.5 a0.7 a0.8 a0.9)
 # FIRST and TRAIN (the first stage and the training settings): scripts/_rerank_lib.sh
 
-for f in "$OUT"/rerank_choice.json "$OUT"/heldout_rerank.frozen.json \
-         "$OUT"/heldout_rerank.jsonl.gz; do
-  if [ -e "$f" ]; then echo "$f exists: move the old publication away first" >&2; exit 1; fi
-done
+refuse_existing "$OUT"/rerank_choice.json "$OUT"/heldout_rerank.frozen.json \
+  "$OUT"/heldout_rerank.jsonl.gz
 mkdir -p "$OUT" "$SCRATCH"
 
 # shellcheck source=scripts/_rerank_lib.sh

@@ -42,8 +42,8 @@ LOCOMO="$2"
 CACHE="$3"
 OUT="${4:-results/locomo_rerank}"
 SCRATCH="${5:-$(mktemp -d /tmp/engram-rerank-locomo.XXXXXX)}"
-E="${ENGRAM_EVAL:-.venv/bin/engram-eval}"
-PY=.venv/bin/python
+# shellcheck source=scripts/_publish_lib.sh
+source "$(dirname "$0")/_publish_lib.sh"  # ENGRAM_EVAL (E), PUBLISH_PYTHON (PY), refuse_existing
 LME_SPLIT=results/longmemeval_s_dev_split
 LME_RR=results/longmemeval_s_dev_rerank
 STRUCT=results/structure

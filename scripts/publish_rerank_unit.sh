@@ -33,14 +33,14 @@ DATA="$1"
 CACHE="$2"
 OUT="${3:-results/longmemeval_s_dev_rerank}"
 SCRATCH="${4:-/tmp/w}"
-E="${ENGRAM_EVAL:-.venv/bin/engram-eval}"
-PY=.venv/bin/python
+# shellcheck source=scripts/_publish_lib.sh
+source "$(dirname "$0")/_publish_lib.sh"  # ENGRAM_EVAL (E), PUBLISH_PYTHON (PY), refuse_existing
 SPLIT=results/longmemeval_s_dev_split
 COMMON=(--cache-dir "$CACHE" --no-progress)
 UNITS=(session passage)
 ALPHAS=(0.0 0.5 0.7 0.8 0.9)
 TURN_NAMES=(a0.0 a0.3 a0.5 a0.7 a0.8 a0.9)   # section 6's published turn fold runs
-[ -e "$OUT/rerank_unit_choice.json" ] && { echo "$OUT/rerank_unit_choice.json exists" >&2; exit 1; }
+refuse_existing "$OUT/rerank_unit_choice.json"
 mkdir -p "$OUT" "$SCRATCH"
 
 # shellcheck source=scripts/_rerank_lib.sh

@@ -39,8 +39,8 @@ CACHE="$3"
 SCRATCH="${4:-/tmp/w/lex27}"
 OUT=results/rerank_retrain
 LEX=results/lexical
-E="${ENGRAM_EVAL:-.venv/bin/engram-eval}"
-PY=.venv/bin/python
+# shellcheck source=scripts/_publish_lib.sh
+source "$(dirname "$0")/_publish_lib.sh"  # ENGRAM_EVAL (E), PUBLISH_PYTHON (PY), refuse_existing
 COMMON=(--cache-dir "$CACHE" --no-progress)
 ALPHAS=(0.6 0.7 0.8 0.9)
 DEPTH=20

@@ -28,8 +28,8 @@ CACHE="$4"
 SCRATCH="${5:-$(mktemp -d /tmp/engram-shipped.XXXXXX)}"
 FP32="${6:-$SCRATCH/ce_tune}"
 OUT=results/shipped_reranker
-E="${ENGRAM_EVAL:-.venv/bin/engram-eval}"
-PY=.venv/bin/python
+# shellcheck source=scripts/_publish_lib.sh
+source "$(dirname "$0")/_publish_lib.sh"  # ENGRAM_EVAL (E), PUBLISH_PYTHON (PY), refuse_existing
 NAME=engram-ce-minilm-v1
 COMMON=(--cache-dir "$CACHE" --no-progress)
 # the fp32 comparator at the card's settings (the card chose them for this model)

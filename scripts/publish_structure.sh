@@ -28,12 +28,11 @@ OUT="${4:-results/structure}"
 SCRATCH="${5:-$(mktemp -d /tmp/engram-structure.XXXXXX)}"
 SALT_LME="${SALT_LME:-engram-eval-2026-11-30}"           # results/longmemeval_s_dev_split
 SALT_LOC="${SALT_LOC:-engram-eval-locomo-2026-12-01}"
-E="${ENGRAM_EVAL:-.venv/bin/engram-eval}"
-PY=.venv/bin/python
+# shellcheck source=scripts/_publish_lib.sh
+source "$(dirname "$0")/_publish_lib.sh"  # ENGRAM_EVAL (E), PUBLISH_PYTHON (PY), refuse_existing
 LME_SPLIT=results/longmemeval_s_dev_split
-for f in "$OUT"/locomo_split_manifest.json "$OUT"/locomo_tuning_run.jsonl.gz "$OUT"/tuned_by_structure.yaml; do
-  if [ -e "$f" ]; then echo "$f exists: move the old publication away first" >&2; exit 1; fi
-done
+refuse_existing "$OUT"/locomo_split_manifest.json "$OUT"/locomo_tuning_run.jsonl.gz \
+  "$OUT"/tuned_by_structure.yaml
 mkdir -p "$OUT" "$SCRATCH/lme" "$SCRATCH/loc"
 # torch embeddings, as every published LongMemEval and LoCoMo run (so the held-out comparisons
 # against them differ in the fusion settings only)

@@ -24,12 +24,9 @@ CACHE="$2"
 OUT="${3:-results/longmemeval_s_dev_split}"
 SCRATCH="${4:-$(mktemp -d /tmp/engram-split.XXXXXX)}"
 SALT="${SALT:-engram-eval-2026-11-30}"
-E="${ENGRAM_EVAL:-.venv/bin/engram-eval}"
-PY=.venv/bin/python
-set -o pipefail
-for f in "$OUT"/split_manifest.json "$OUT"/tuning_run.jsonl.gz "$OUT"/tuned.yaml; do
-  if [ -e "$f" ]; then echo "$f exists: move the old publication away first" >&2; exit 1; fi
-done
+# shellcheck source=scripts/_publish_lib.sh
+source "$(dirname "$0")/_publish_lib.sh"  # ENGRAM_EVAL (E), PUBLISH_PYTHON (PY), refuse_existing
+refuse_existing "$OUT"/split_manifest.json "$OUT"/tuning_run.jsonl.gz "$OUT"/tuned.yaml
 mkdir -p "$OUT"
 COMMON=(--cache-dir "$CACHE" --no-progress)
 

@@ -282,3 +282,70 @@ def test_a_second_publication_into_the_same_outdir_is_refused(
                        text=True, capture_output=True, timeout=60)
     assert p.returncode == 1 and "refusing to publish" in p.stderr
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+
+
+# -- every publish script: one preamble, one refusal -----------------------------------------
+PUBLISH_SCRIPTS = sorted((ROOT / "scripts").glob("publish_*.sh"))
+
+
+@pytest.mark.parametrize("script", PUBLISH_SCRIPTS, ids=lambda p: p.name)
+def test_every_publish_script_takes_its_preamble_from_the_lib(script: Path) -> None:
+    """The engram-eval command and Python come from scripts/_publish_lib.sh (ENGRAM_EVAL/E,
+    PUBLISH_PYTHON/PY) and the refuse-existing check is its refuse_existing: no script sets
+    them itself or hand-writes the loop."""
+    import re
+
+    text = script.read_text()
+    assert re.search(r'^source "?(\$\(dirname "\$0"\)|scripts)/_publish_lib\.sh"?', text, re.M)
+    assert not re.search(r"^\s*(E|PY|ENGRAM_EVAL|PUBLISH_PYTHON)=", text, re.M), script.name
+    assert "move the old publication away" not in text
+
+
+def _script(tmp_path: Path, name: str, args: list[str], cwd: Path | None = None,
+            python: str = "false") -> subprocess.CompletedProcess:
+    """Run a publish script with the fake engram-eval; PUBLISH_PYTHON ``false`` by default, so
+    that nothing at all may run."""
+    fake = _fake_engram(tmp_path, FAKE_FULL)
+    env = {**os.environ, "ENGRAM_EVAL": str(fake), "CALLS": str(tmp_path / "calls"),
+           "PUBLISH_PYTHON": python}
+    return subprocess.run(["bash", str(ROOT / "scripts" / name), *args], cwd=cwd or tmp_path,
+                          env=env, text=True, capture_output=True, timeout=60)
+
+
+# script, its arguments (OUT and SCRATCH under tmp), a file it refuses to overwrite
+REFUSING = [
+    ("publish_tuning.sh", ["d.json", "c", "{out}", "{scratch}"], "tuned.yaml"),
+    ("publish_structure.sh", ["l.json", "lo.json", "c", "{out}", "{scratch}"],
+     "locomo_tuning_run.jsonl.gz"),
+    ("publish_rerank.sh", ["d.json", "c", "{out}", "{scratch}"], "heldout_rerank.frozen.json"),
+    ("publish_rerank_unit.sh", ["d.json", "c", "{out}", "{scratch}"], "rerank_unit_choice.json"),
+]
+
+
+@pytest.mark.parametrize("script,args,existing", REFUSING, ids=[r[0] for r in REFUSING])
+def test_publish_scripts_refuse_before_anything_runs(tmp_path: Path, script: str,
+                                                     args: list[str], existing: str) -> None:
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    out.mkdir()
+    (out / existing).write_text("old")
+    argv = [a.format(out=out, scratch=scratch) for a in args]
+    p = _script(tmp_path, script, argv, cwd=ROOT)  # run from the root, as they are
+    assert p.returncode == 1, p.stderr
+    assert "refusing to publish" in p.stderr and existing in p.stderr
+    assert all_calls(tmp_path) == [] and (out / existing).read_text() == "old"
+    # with nothing in the way the script goes on, and calls the ENGRAM_EVAL the lib set
+    (out / existing).unlink()
+    q = _script(tmp_path, script, argv, cwd=ROOT, python=sys.executable)
+    assert "refusing to publish" not in q.stderr
+    assert all_calls(tmp_path) and all_calls(tmp_path)[0].split()[0] == "split", q.stderr
+
+
+def test_publish_memo_refuses_the_published_files(tmp_path: Path) -> None:
+    """Run from the repository, whose results/ already hold the memo publication: refused with
+    nothing run and nothing created (the check names companions too)."""
+    before = sorted(p.name for p in (ROOT / "results" / "longmemeval_s_dev").iterdir())
+    p = _script(tmp_path, "publish_memo.sh", ["l.json", "lo.json", "c", str(tmp_path / "s")],
+                cwd=ROOT)
+    assert p.returncode == 1 and "refusing to publish" in p.stderr, p.stderr
+    assert "memo_lexical" in p.stderr and all_calls(tmp_path) == []
+    assert sorted(p.name for p in (ROOT / "results" / "longmemeval_s_dev").iterdir()) == before

@@ -1,4 +1,4 @@
-"""Prior-leader coverage (DESIGN.md step 6).
+"""Prior-leader coverage (stage 5 of :mod:`engram_eval.retrieval.pipeline`, :func:`coverage_stage`).
 
 Within the first ``result_k`` results, keep the rerank winner at rank 1 and make sure the
 best prior (hybrid, pre-rerank) candidate is present: when it is not, it is moved to the

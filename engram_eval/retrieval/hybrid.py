@@ -1,4 +1,4 @@
-"""The hybrid retriever (DESIGN.md, "The retrieval pipeline").
+"""The hybrid retriever (its stages: :mod:`engram_eval.retrieval.pipeline`; README, "Architecture").
 
 Built from :class:`~engram_eval.retrieval.settings.RetrievalSettings` (a
 :class:`~engram_eval.runs.config.RunConfig` is one), kept as ``self.settings``; ``describe()`` is

@@ -7,7 +7,7 @@ search (:func:`engram_eval.production.search.search_memories`) and ``tune``'s re
 stored rankings and to score what it reports). Settings come from one dataclass,
 :class:`~engram_eval.retrieval.settings.RetrievalSettings`: no stage holds a default.
 
-Stages, in order (DESIGN.md, "The retrieval pipeline"):
+Stages, in order (README.md, "Architecture", gives the same outline):
 
 0. :func:`build_corpus` (candidates): one question's haystack indexed — user and assistant
    documents (:func:`engram_eval.data.records.has_chat_roles` decides once per corpus),
