@@ -25,6 +25,7 @@ _COMMON = (
 PIPELINE_SOURCES: tuple[str, ...] = (
     *_COMMON,
     "engram_eval/retrieval/hybrid.py",
+    "engram_eval/retrieval/holder.py",
     "engram_eval/retrieval/pipeline.py",
     "engram_eval/retrieval/settings.py",
     "engram_eval/retrieval/fusion.py",
