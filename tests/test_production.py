@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from engram_eval.errors import DataError, ProvenanceError
-from engram_eval.production.runner import SOURCES
 from engram_eval.production.settings import ProductionSettings
 from engram_eval.production.store import Memory, MemoryStore
+from engram_eval.production_eval.runner import SOURCES
 from engram_eval.provenance import frozen as F
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,8 +66,8 @@ def _write(path: Path, doc: dict) -> Path:
 @pytest.fixture(scope="module")
 def calibrated(tiny_embedding_model, tmp_path_factory):
     """(settings, calibration path) for the tiny model, fitted on the tiny fixture."""
-    from engram_eval.production import calibrate as C
     from engram_eval.production.search import Engine
+    from engram_eval.production_eval import calibrate as C
 
     d = tmp_path_factory.mktemp("calibration")
     fx = _write(d / "tiny.json", FIXTURE)
@@ -156,13 +156,13 @@ def test_store_refuses_other_model(tmp_path, calibrated, tiny_embedding_model):
 
 
 def _run(fx, out, work, settings, root, **kw):
-    from engram_eval.production.runner import run_fixture
+    from engram_eval.production_eval.runner import run_fixture
 
     return run_fixture(fx, out, work, _engine(settings), root, **kw)
 
 
 def _freeze(fx, settings, root, path):
-    from engram_eval.production.runner import validate_only
+    from engram_eval.production_eval.runner import validate_only
 
     return validate_only(fx, _engine(settings), root, path)
 
@@ -199,7 +199,7 @@ def test_search_never_sees_gold(tmp_path, calibrated, source_root):
     assert [(r["question_id"], r["accepted"]) for r in a["questions"]] == \
            [(r["question_id"], r["accepted"]) for r in b["questions"]]
     # and the search path's inputs carry no gold field at all
-    from engram_eval.production.fixture import load_fixture
+    from engram_eval.production_eval.fixture import load_fixture
 
     view, gold = load_fixture(fx)
     assert "gold" not in json.dumps([[q.__dict__ for q in c.queries] for c in view.cases])
@@ -308,7 +308,7 @@ def test_bad_fixture_named_and_nothing_written(tmp_path, calibrated, source_root
 
 
 def test_packaged_fixtures_validate():
-    from engram_eval.production.fixture import load_fixture
+    from engram_eval.production_eval.fixture import load_fixture
 
     seen = {}
     for name in ("dev", "holdout", "validation_v2"):

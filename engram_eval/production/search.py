@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 
 from engram_eval.data.records import Session, Turn
-from engram_eval.io import package_root
 from engram_eval.production.confidence import (
     Calibration,
     ContextCalibration,
@@ -42,7 +41,11 @@ from engram_eval.production.confidence import (
     term_coverage,
 )
 from engram_eval.production.features import candidate_features
-from engram_eval.production.settings import DEFAULT_CALIBRATION, ProductionSettings
+from engram_eval.production.settings import (
+    DEFAULT_CALIBRATION,
+    ProductionSettings,
+    data_file,
+)
 from engram_eval.production.store import Memory
 from engram_eval.retrieval.dense import Piece
 from engram_eval.retrieval.holder import ModelHolder
@@ -113,14 +116,11 @@ class Engine:
         return self.holder.models()
 
     def calibration_path(self) -> Path:
-        """The calibration file: ``settings.calibration`` (a path inside the package, such
-        as a recorded ``engram_eval/production/calibration_v1.json``, is read from the
-        package, wherever the process runs), else the packaged default."""
-        cal = self.settings.calibration or DEFAULT_CALIBRATION
-        p = Path(cal)
-        if not p.is_absolute() and p.parts[:1] == ("engram_eval",):
-            return package_root() / p
-        return p
+        """The calibration file: ``settings.calibration``, else the packaged default. A path
+        inside the package (such as a recorded ``engram_eval/production/calibration_v1.json``,
+        which now lives in ``data/``: :func:`~engram_eval.production.settings.data_file`) is
+        read from the package, wherever the process runs."""
+        return data_file(self.settings.calibration or DEFAULT_CALIBRATION)
 
     def calibration(self) -> Calibration | ContextCalibration:
         """The offline calibration, checked against this engine's model files and settings."""
