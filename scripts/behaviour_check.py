@@ -298,7 +298,7 @@ def production_worker(args: argparse.Namespace) -> int:
     assert Path(engram_eval.__file__).resolve().is_relative_to(root), engram_eval.__file__
     # Stable public pieces only. If the refactor moves a production module, put its new
     # package first in this list (e.g. ["engram_eval.new.place", "engram_eval.production"]).
-    prod = ["engram_eval.production"]
+    prod = ["engram_eval.production_eval", "engram_eval.production"]
     load_fixture = _import_first([f"{p}.fixture" for p in prod], "load_fixture")
     Engine = _import_first([f"{p}.search" for p in prod], "Engine")
     ProductionSettings = _import_first([f"{p}.settings" for p in prod], "ProductionSettings")

@@ -3,7 +3,7 @@
 # from the repository root of a clean checkout:
 #
 #   scripts/publish_confidence.sh fit LME_DEV LOCOMO CACHE      # tune parts only
-#   git add engram_eval/production/*_v3_*_full.json results/confidence/full && git commit
+#   git add engram_eval/production/data/*_v3_*_full.json results/confidence/full && git commit
 #   scripts/publish_confidence.sh measure LME_DEV LOCOMO CACHE  # frozen manifests, then runs
 #
 # This publishes calibration v3 fitted on EVERY question of both tune parts
@@ -55,8 +55,8 @@ LOC_HELD=$SPLITS/locomo/locomo10.heldout.json
 # from a haystack's roles, never from a dataset's name): "chat" (a user with an assistant:
 # the LongMemEval tune part; also the production fixtures, a user's own memories) and
 # "people" (people talking to each other: the LoCoMo tune conversations).
-CHAT=engram_eval/production/settings_v3_chat_full.json
-PEOPLE=engram_eval/production/settings_v3_people_full.json
+CHAT=engram_eval/production/data/settings_v3_chat_full.json
+PEOPLE=engram_eval/production/data/settings_v3_people_full.json
 if [ "$PHASE" = fit ]; then
   echo "== fit calibration v3 on the tune parts only (a held-out part is refused)"
   # Every question of both tune parts (the first publication used subsets, which made
@@ -68,15 +68,15 @@ if [ "$PHASE" = fit ]; then
   $PY $B/confidence.py fit --no-excerpt-retry --cache-dir "$CACHE" \
     --part lme_tune="$LME_TUNE" --mapping platt --calibrate-on top \
     --folds 5 --C 1.0 --target-precision 0.9 --min-returned 20 \
-    --output engram_eval/production/calibration_v3_chat_full.json --settings-output $CHAT \
+    --output engram_eval/production/data/calibration_v3_chat_full.json --settings-output $CHAT \
     --report $OUT/calibration_v3_chat_full.report.json
   $PY $B/confidence.py fit --no-excerpt-retry --cache-dir "$CACHE" \
     --part locomo_tune="$LOC_TUNE" --mapping platt --calibrate-on top \
     --folds 5 --C 1.0 --target-precision 0.7 --min-returned 20 \
-    --output engram_eval/production/calibration_v3_people_full.json --settings-output $PEOPLE \
+    --output engram_eval/production/data/calibration_v3_people_full.json --settings-output $PEOPLE \
     --report $OUT/calibration_v3_people_full.report.json
   $PY scripts/derived_sidecars.py $OUT
-  echo "now commit engram_eval/production/*_v3_*_full.json and $OUT, then run: $0 measure ..."
+  echo "now commit engram_eval/production/data/*_v3_*_full.json and $OUT, then run: $0 measure ..."
   exit 0
 fi
 [ "$PHASE" = measure ] || { echo "phase must be fit or measure" >&2; exit 2; }

@@ -16,13 +16,13 @@ source "$(dirname "$0")/_publish_lib.sh"  # ENGRAM_EVAL (E), PUBLISH_PYTHON (PY)
 B=benchmarks/production_retrieval
 # The published runs were made under these recorded settings (calibration_v1.json was fitted
 # under them); the package defaults have moved on (calibration_v2.json), so every step names them.
-SETTINGS="--settings engram_eval/production/settings_v1.json"
+SETTINGS="--settings engram_eval/production/data/settings_v1.json"
 mkdir -p "$OUT"
 echo "== calibration report (coefficients file must be unchanged by the refit)"
-before=$(sha256sum engram_eval/production/calibration_v1.json | cut -d' ' -f1)
+before=$(sha256sum engram_eval/production/data/calibration_v1.json | cut -d' ' -f1)
 $PY $B/calibrate.py $SETTINGS --fixture fixtures/production/dev.json \
-  --output engram_eval/production/calibration_v1.json --report "$OUT/calibration_v1.report.json"
-after=$(sha256sum engram_eval/production/calibration_v1.json | cut -d' ' -f1)
+  --output engram_eval/production/data/calibration_v1.json --report "$OUT/calibration_v1.report.json"
+after=$(sha256sum engram_eval/production/data/calibration_v1.json | cut -d' ' -f1)
 [ "$before" = "$after" ] || { echo "calibration_v1.json changed: commit it first" >&2; exit 1; }
 echo "== freeze manifests before any held-out run"
 $PY $B/run.py $SETTINGS --fixture fixtures/production/dev.json --source-root . --validate-only \

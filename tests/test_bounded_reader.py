@@ -25,7 +25,7 @@ from engram_eval.data.longmemeval import iter_longmemeval, load_longmemeval
 from engram_eval.data.translations import load_question_translations
 from engram_eval.errors import ConfigError, DataError, InputError, ProvenanceError
 from engram_eval.production.confidence import load_calibration
-from engram_eval.production.fixture import read_document
+from engram_eval.production_eval.fixture import read_document
 from engram_eval.provenance.frozen import load_manifest, read_ledger
 from engram_eval.provenance.sidecar import read_sidecar, sidecar_path, summary_path
 from engram_eval.runs.reader import read_summary

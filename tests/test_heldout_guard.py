@@ -194,9 +194,9 @@ def test_fixture_heldout_by_content(tmp_path):
 
 
 def test_reflagged_production_fixture_refused(tmp_path, monkeypatch, tiny_embedding_model):
-    from engram_eval.production.runner import run_fixture
     from engram_eval.production.search import Engine
     from engram_eval.production.settings import ProductionSettings
+    from engram_eval.production_eval.runner import run_fixture
 
     monkeypatch.setenv("ENGRAM_EVAL_LEDGER", str(tmp_path / "ledger.json"))
     before = _repo_state()
@@ -223,7 +223,7 @@ import sys  # noqa: E402
 
 from engram_eval.analysis import train_reranker as TR  # noqa: E402
 from engram_eval.data.split import split_dataset  # noqa: E402
-from engram_eval.production import calibrate_real as CR  # noqa: E402
+from engram_eval.production_eval import calibrate_real as CR  # noqa: E402
 from engram_eval.provenance import guard as G  # noqa: E402
 
 LOCOMO_TINY = REPO / "fixtures" / "locomo_tiny.json"
@@ -544,7 +544,7 @@ def test_tune_refuses_a_run_of_a_heldout_part():
 
 @pytest.mark.parametrize("change", ["memories", "questions", "both_and_mixed"])
 def test_production_case_with_memories_reordered_is_heldout(tmp_path, change):
-    from engram_eval.production.runner import heldout_match
+    from engram_eval.production_eval.runner import heldout_match
 
     doc = json.loads(HOLDOUT_FIXTURE.read_text())
     doc["heldout"], doc["name"] = False, "mine"

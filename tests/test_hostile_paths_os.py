@@ -153,7 +153,7 @@ def _engine(settings: Any) -> Any:
     ("case_id", ".."), ("case_id", "c\\1"),
 ])
 def test_fixture_names_are_names(tmp_path: Path, settings: Any, where: str, value: str) -> None:
-    from engram_eval.production.runner import run_fixture
+    from engram_eval.production_eval.runner import run_fixture
 
     root = tmp_path / "root"
     (root / "deep" / "er").mkdir(parents=True)
@@ -198,7 +198,7 @@ def test_fixture_name_error_is_one_line_from_the_script(tmp_path: Path,
 
 
 def test_packaged_fixtures_keep_valid_names() -> None:
-    from engram_eval.production.fixture import check_name, load_fixture
+    from engram_eval.production_eval.fixture import check_name, load_fixture
 
     for name in ("dev", "holdout", "validation_v2"):
         view, _ = load_fixture(REPO / "fixtures" / "production" / f"{name}.json")
@@ -206,7 +206,7 @@ def test_packaged_fixtures_keep_valid_names() -> None:
 
 
 def test_store_path_stays_inside_work_dir(tmp_path: Path, settings: Any) -> None:
-    from engram_eval.production.runner import run_fixture, store_path
+    from engram_eval.production_eval.runner import run_fixture, store_path
 
     work = tmp_path / "work"
     work.mkdir()

@@ -331,7 +331,7 @@ def test_split_refuses_a_dangling_link(tmp_path: Path) -> None:
 
 
 def test_production_outputs_refuse_a_dangling_link(tmp_path: Path) -> None:
-    from engram_eval.production.runner import run_fixture
+    from engram_eval.production_eval.runner import run_fixture
 
     fx = tmp_path / "fx.json"
     fx.write_text(json.dumps({

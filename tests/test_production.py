@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from engram_eval.errors import DataError, ProvenanceError
-from engram_eval.production.runner import SOURCES
 from engram_eval.production.settings import ProductionSettings
 from engram_eval.production.store import Memory, MemoryStore
+from engram_eval.production_eval.runner import SOURCES
 from engram_eval.provenance import frozen as F
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,8 +66,8 @@ def _write(path: Path, doc: dict) -> Path:
 @pytest.fixture(scope="module")
 def calibrated(tiny_embedding_model, tmp_path_factory):
     """(settings, calibration path) for the tiny model, fitted on the tiny fixture."""
-    from engram_eval.production import calibrate as C
     from engram_eval.production.search import Engine
+    from engram_eval.production_eval import calibrate as C
 
     d = tmp_path_factory.mktemp("calibration")
     fx = _write(d / "tiny.json", FIXTURE)
@@ -156,13 +156,13 @@ def test_store_refuses_other_model(tmp_path, calibrated, tiny_embedding_model):
 
 
 def _run(fx, out, work, settings, root, **kw):
-    from engram_eval.production.runner import run_fixture
+    from engram_eval.production_eval.runner import run_fixture
 
     return run_fixture(fx, out, work, _engine(settings), root, **kw)
 
 
 def _freeze(fx, settings, root, path):
-    from engram_eval.production.runner import validate_only
+    from engram_eval.production_eval.runner import validate_only
 
     return validate_only(fx, _engine(settings), root, path)
 
@@ -199,7 +199,7 @@ def test_search_never_sees_gold(tmp_path, calibrated, source_root):
     assert [(r["question_id"], r["accepted"]) for r in a["questions"]] == \
            [(r["question_id"], r["accepted"]) for r in b["questions"]]
     # and the search path's inputs carry no gold field at all
-    from engram_eval.production.fixture import load_fixture
+    from engram_eval.production_eval.fixture import load_fixture
 
     view, gold = load_fixture(fx)
     assert "gold" not in json.dumps([[q.__dict__ for q in c.queries] for c in view.cases])
@@ -308,7 +308,7 @@ def test_bad_fixture_named_and_nothing_written(tmp_path, calibrated, source_root
 
 
 def test_packaged_fixtures_validate():
-    from engram_eval.production.fixture import load_fixture
+    from engram_eval.production_eval.fixture import load_fixture
 
     seen = {}
     for name in ("dev", "holdout", "validation_v2"):
@@ -366,3 +366,57 @@ def test_rerank_scores_each_candidate_once(tmp_path, tiny_embedding_model, tiny_
         text = next(m.text for m in MEMS if m.id == c["id"])
         key = ("What breed is the puppy I adopted?", text)
         assert c["confidence"] == pytest.approx(sigmoid(scored[key]), abs=1e-6)
+
+
+class CountingCrossEncoder:
+    """A fake cross-encoder: a deterministic logit per (query, text) pair from their shared
+    words, every pair it is given kept in ``seen`` (no cache in front of it)."""
+
+    def __init__(self, offset: float = 0.0) -> None:
+        self.offset = offset
+        self.seen: list[tuple[str, str]] = []
+        self.n_model = self.n_cached = 0
+        self.model_seconds = 0.0
+
+    def raw_scores(self, pairs):  # type: ignore[no-untyped-def]
+        self.seen.extend(pairs)
+        return [self.offset + 0.25 * len(set(q.lower().split()) & set(d.lower().split()))
+                - 0.001 * len(d) for q, d in pairs]
+
+
+@pytest.mark.parametrize("unit", ["passage", "session", "turn"])
+@pytest.mark.parametrize("offset", [0.0, -12.0])  # -12: every sigmoid under the passage floor
+def test_search_scores_each_candidate_once(tmp_path, tiny_embedding_model, tiny_cross_encoder,
+                                           unit, offset):
+    """The gate's full-text confidence of a memory the pipeline reranked is the logit the
+    rerank stage computed; the memories it did not rerank are scored once by the gate; an
+    excerpt the pipeline's passage fallback already scored is not scored again. Counted on a
+    fake cross-encoder held by the engine's model holder."""
+    from engram_eval.production.search import Engine
+    from engram_eval.retrieval.holder import ModelHolder
+    from engram_eval.retrieval.rerank import sigmoid
+    from engram_eval.retrieval.settings import RetrievalSettings
+
+    settings = ProductionSettings(embedding_model=tiny_embedding_model, rerank=True,
+                                  reranker_model=tiny_cross_encoder, rerank_unit=unit,
+                                  reranker_backend="onnx", rerank_candidates=2, candidates=4,
+                                  excerpt_retry=True)
+    path = _store(tmp_path, settings, MEMS)
+    fake = CountingCrossEncoder(offset)
+    engine = Engine(settings, holder=ModelHolder(RetrievalSettings.of(settings),
+                                                 cross_encoder=fake))
+    query = "How much does the puppy weigh after the vet visit?"
+    with MemoryStore.open(path, engine) as st:
+        res = st.search(query, now="2024-05-01", limit=100, min_confidence=0.999)
+    assert len(res.candidates) == 4
+    assert len(fake.seen) == len(set(fake.seen))  # no pair given to the model twice
+    for m in MEMS:  # each memory's whole text scored at most once
+        assert sum(d.strip() == m.text.strip() for _, d in fake.seen) <= 1, m.id
+    logit = dict(zip(fake.seen, CountingCrossEncoder(offset).raw_scores(fake.seen),
+                     strict=True))
+    for c in res.candidates:
+        text = next(m.text for m in MEMS if m.id == c["id"])
+        doc = next(d for _, d in fake.seen if d.strip() == text.strip())
+        assert c["confidence_full"] == pytest.approx(sigmoid(logit[(query, doc)]), abs=1e-12)
+        if "excerpt" in c:
+            assert c["excerpt"]["confidence"] < 0.999

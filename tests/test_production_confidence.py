@@ -126,8 +126,8 @@ def test_candidate_features_by_formula():
 
 
 def _synthetic_part(label: str, seed: int, n: int = 60, fmt: str = "longmemeval"):
-    from engram_eval.production.calibrate_real import PartData
     from engram_eval.production.features import FEATURES_V3
+    from engram_eval.production_eval.calibrate_real import PartData
 
     rng = np.random.default_rng(seed)
     records = []
@@ -159,8 +159,8 @@ def tiny_engine(tiny_embedding_model):
 def test_fit_stores_numbers_that_reproduce_sklearn(tiny_engine, tmp_path):
     from sklearn.isotonic import IsotonicRegression
 
-    from engram_eval.production import calibrate_real as C
     from engram_eval.production.confidence import ContextCalibration, load_calibration
+    from engram_eval.production_eval import calibrate_real as C
 
     parts = [_synthetic_part("a", 0), _synthetic_part("b", 1)]
     doc = C.fit(parts, tiny_engine, folds=3, calibrate_on="pairs", target_precision=0.5,
@@ -190,9 +190,9 @@ def test_fit_stores_numbers_that_reproduce_sklearn(tiny_engine, tmp_path):
 
 def test_fit_refuses_excerpt_retry(tiny_embedding_model):
     from engram_eval.errors import ConfigError
-    from engram_eval.production import calibrate_real as C
     from engram_eval.production.search import Engine
     from engram_eval.production.settings import ProductionSettings
+    from engram_eval.production_eval import calibrate_real as C
 
     with pytest.raises(ConfigError, match="excerpt_retry"):
         C.fit([_synthetic_part("a", 0)],
@@ -200,7 +200,7 @@ def test_fit_refuses_excerpt_retry(tiny_embedding_model):
 
 
 def test_choose_cutoff_smallest_meeting_target_on_every_part():
-    from engram_eval.production.calibrate_real import at_cutoff, choose_cutoff
+    from engram_eval.production_eval.calibrate_real import at_cutoff, choose_cutoff
 
     def q(conf, correct, unans=False):
         return {"confidence": conf, "correct": correct, "unanswerable": unans}
@@ -218,7 +218,7 @@ def test_choose_cutoff_smallest_meeting_target_on_every_part():
 def test_extract_refuses_a_heldout_part(tiny_engine, tmp_path):
     from engram_eval.data.split import split_dataset
     from engram_eval.errors import ProvenanceError
-    from engram_eval.production import calibrate_real as C
+    from engram_eval.production_eval import calibrate_real as C
 
     split_dataset(REPO / "fixtures" / "longmemeval_tiny.json", holdout=0.3, salt="t",
                   output_dir=tmp_path)
@@ -234,9 +234,9 @@ def test_search_applies_v3_as_fitted(tiny_engine, tmp_path):
     written calibration gives each candidate the confidence the model gives its features."""
     import dataclasses
 
-    from engram_eval.production import calibrate_real as C
     from engram_eval.production.search import Engine
-    from engram_eval.production.sessions import search_all, session_questions
+    from engram_eval.production_eval import calibrate_real as C
+    from engram_eval.production_eval.sessions import search_all, session_questions
 
     parts = [C.extract(tiny_engine, "lme", REPO / "fixtures" / "longmemeval_tiny.json"),
              C.extract(tiny_engine, "locomo", REPO / "fixtures" / "locomo_tiny.json")]
@@ -266,7 +266,7 @@ def test_search_applies_v3_as_fitted(tiny_engine, tmp_path):
 
 def test_select_keeps_every_unanswerable_and_every_kth_other():
     from engram_eval.data.records import Question
-    from engram_eval.production.calibrate_real import select
+    from engram_eval.production_eval.calibrate_real import select
 
     qs = [Question(f"q{i}" + ("_abs" if i in (2, 5) else ""), "t", "?", "", "", (), ())
           for i in range(9)]
@@ -279,7 +279,7 @@ def test_select_keeps_every_unanswerable_and_every_kth_other():
 def test_validation_v3_fixture():
     """Written and frozen before the calibration on real sessions: >= 15 cases, >= 75
     questions, held out, with absent-answer questions in every case."""
-    from engram_eval.production.fixture import load_fixture
+    from engram_eval.production_eval.fixture import load_fixture
 
     view, gold = load_fixture(REPO / "fixtures" / "production" / "validation_v3.json")
     qs = [q for c in view.cases for q in c.queries]
@@ -294,7 +294,7 @@ def test_validation_v3_fixture():
 
 
 def test_choose_cutoff_unreachable_target_takes_the_best_rate():
-    from engram_eval.production.calibrate_real import choose_cutoff
+    from engram_eval.production_eval.calibrate_real import choose_cutoff
 
     top = [{"confidence": c, "correct": r, "unanswerable": False}
            for c, r in ((0.9, 0), (0.8, 1), (0.7, 1), (0.6, 0), (0.5, 0))]

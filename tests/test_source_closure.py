@@ -10,9 +10,9 @@ files (schemas, calibration) named by a module of the closure must be hashed too
 
 * a benchmark run: ``engram_eval.runs.runner`` and ``engram_eval.runs.merge`` plus each
   registered retriever's factory module; hashed: ``run_sources(retriever.source_modules())``;
-* a production run: ``engram_eval.production.runner`` and
+* a production run: ``engram_eval.production_eval.runner`` and
   ``benchmarks/production_retrieval/run.py`` (with the script's sibling helpers); hashed:
-  ``engram_eval.production.runner.SOURCES``.
+  ``engram_eval.production_eval.runner.SOURCES``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from engram_eval.runs.config import RunConfig
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "engram_eval"
 RUN_ENTRIES = ("engram_eval.runs.runner", "engram_eval.runs.merge")
-PRODUCTION_ENTRIES = ("engram_eval.production.runner", "benchmarks/production_retrieval/run.py")
+PRODUCTION_ENTRIES = ("engram_eval.production_eval.runner", "engram_eval.cli.production",
+                      "benchmarks/production_retrieval/run.py")
 #: Modules that *list* files to hash (they do not read them): not scanned for data files.
 LISTS_FILES = ("engram_eval/provenance/sources.py", "engram_eval/retrieval/sources.py")
 CACHE = "engram_eval/retrieval/cache.py"
@@ -200,7 +201,7 @@ def test_a_benchmark_run_hashes_its_whole_closure(name: str, fake_model: str) ->
 
 
 def test_a_production_run_hashes_its_whole_closure() -> None:
-    from engram_eval.production.runner import SOURCES
+    from engram_eval.production_eval.runner import SOURCES
 
     absent = missing(required(PRODUCTION_ENTRIES), SOURCES)
     assert not absent, (f"a production run executes {absent} but its manifest does not hash "
@@ -215,7 +216,7 @@ def test_the_lists_hash_only_what_runs() -> None:
     extra = sorted(set(S.RUN_CORE_SOURCES) - run_needed)
     assert not extra, f"RUN_CORE_SOURCES hashes {extra}, which no benchmark run executes"
     prod_needed = required(PRODUCTION_ENTRIES)
-    extra = sorted(set(S.production_sources(RS.PIPELINE_SOURCES)) - prod_needed)
+    extra = sorted(set(S.production_sources(RS.SEARCH_SOURCES)) - prod_needed)
     assert not extra, f"production hashes {extra}, which no production run executes"
     for label, lst, modules in (("PIPELINE_SOURCES", RS.PIPELINE_SOURCES, ["hybrid", "bm25",
                                                                             "dense"]),

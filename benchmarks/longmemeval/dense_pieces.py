@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engram_eval.io import exclusive_write, sha256_file  # noqa: E402
 from engram_eval.retrieval.dense import user_pieces, word_windows  # noqa: E402
-from engram_eval.retrieval.hybrid import token_counter  # noqa: E402
+from engram_eval.retrieval.holder import token_counter  # noqa: E402
 from engram_eval.retrieval.models import resolve_model  # noqa: E402
 from engram_eval.runs.config import RunConfig  # noqa: E402
 from engram_eval.runs.runner import load_questions  # noqa: E402

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.provenance.sidecar import sidecar_path
-from engram_eval.runs.config import finite_float, seed_int
+from engram_eval.retrieval.flags import finite_float, seed_int
 
 __all__ = ["add_sidecar_arg", "check_free", "finite_float", "seed_int"]
 

@@ -1,4 +1,4 @@
-"""Command line: ``engram-eval run|verify|score|export|...|export-context|answer|judge``.
+"""Command line: ``engram-eval run|verify|score|export|...|export-context|answer|judge|production``.
 
 Only this module configures logging and process-wide settings (offline mode for the
 Hugging Face libraries, torch threads); the library never does so at import.
@@ -17,21 +17,22 @@ from engram_eval.retrieval.models import set_offline_env
 
 # The commands live in one module per group: cli.runs (run, merge, compress), cli.audit
 # (verify, score, export, trec), cli.analysis (compare, analyze, plot, tune), cli.data
-# (split, make-stress), cli.qa (export-context, answer, judge), cli.report (report). Each exposes
+# (split, make-stress), cli.qa (export-context, answer, judge), cli.report (report),
+# cli.production (production store|search|run|calibrate|sweep|...). Each exposes
 # COMMANDS = {name: (add_parser, handler)}.
 Command = tuple[Callable[[Any], None], Callable[[argparse.Namespace], int]]
 
 #: The subcommands in the order ``engram-eval --help`` lists them.
 ORDER = ("run", "verify", "score", "export", "compress", "split", "compare", "plot", "analyze",
          "trec", "make-stress", "merge", "tune", "train-reranker",
-         "export-context", "answer", "judge", "report")
+         "export-context", "answer", "judge", "report", "production")
 
 
 def commands() -> dict[str, Command]:
-    from engram_eval.cli import analysis, audit, data, qa, report, runs
+    from engram_eval.cli import analysis, audit, data, production, qa, report, runs
 
     table: dict[str, Command] = {}
-    for group in (runs, audit, analysis, data, qa, report):
+    for group in (runs, audit, analysis, data, qa, report, production):
         table.update(group.COMMANDS)
     assert set(table) == set(ORDER), sorted(set(table) ^ set(ORDER))
     return {name: table[name] for name in ORDER}

@@ -26,7 +26,7 @@ probability of correctness**: the calibration set is small and synthetic, and a 
 memory is not checked for factual truth or completeness.
 
 * **Calibrated on real sessions** (``calibration_v3.json``, :class:`ContextCalibration`,
-  fitted by :mod:`engram_eval.production.calibrate_real` on the tuning parts of LongMemEval
+  fitted by :mod:`engram_eval.production_eval.calibrate_real` on the tuning parts of LongMemEval
   and LoCoMo): a logistic score of absolute signals and per-question context
   (:data:`engram_eval.production.features.FEATURES_V3`), mapped to a probability that the
   memory is gold by an isotonic (or Platt) mapping fitted on out-of-fold scores:

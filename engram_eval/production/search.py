@@ -8,7 +8,8 @@ user sessions (their dense pieces and vectors as the store persisted them):
    :class:`~engram_eval.production.settings.ProductionSettings` (the package defaults unless a
    recorded setting says otherwise). The first ``candidates`` memories of its ranking go on.
 2. Confidence (:mod:`.confidence`): the sigmoid of the cross-encoder logit of the memory text
-   when a reranker is configured, else the calibrated logistic of absolute signals (the dense
+   when a reranker is configured (the logit the pipeline's rerank stage computed for a
+   memory it reranked, so no candidate is scored twice), else the calibrated logistic of absolute signals (the dense
    score, the query terms the memory holds, and the time feature: +1 inside the query's time
    window, -1 outside, 0 without a window, a memory date, or the temporal step); with a
    version-3 calibration (fitted on real sessions), its model of absolute signals and
@@ -31,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from engram_eval.io import package_root
+from engram_eval.data.records import Session, Turn
 from engram_eval.production.confidence import (
     Calibration,
     ContextCalibration,
@@ -40,8 +41,14 @@ from engram_eval.production.confidence import (
     term_coverage,
 )
 from engram_eval.production.features import candidate_features
-from engram_eval.production.settings import DEFAULT_CALIBRATION, ProductionSettings
+from engram_eval.production.settings import (
+    DEFAULT_CALIBRATION,
+    ProductionSettings,
+    data_file,
+)
 from engram_eval.production.store import Memory
+from engram_eval.retrieval.dense import Piece
+from engram_eval.retrieval.holder import ModelHolder
 from engram_eval.retrieval.models import ModelRef
 
 
@@ -68,28 +75,33 @@ class SearchResponse:
 
 
 class Engine:
-    """Settings, resolved models (hashed, not loaded) and the lazily loaded encoders: the
-    benchmark retriever's own model handling (:class:`~engram_eval.retrieval.hybrid.
-    HybridRetriever`), so production encodes exactly as a run does."""
+    """Settings, resolved models (hashed, not loaded) and the lazily loaded encoders: a
+    :class:`~engram_eval.retrieval.holder.ModelHolder` built from the retrieval part of the
+    settings (the models a benchmark run of the same settings holds), so production encodes
+    and scores exactly as a run does."""
 
     def __init__(self, settings: ProductionSettings | None = None, *,
-                 vector_cache: Any = None) -> None:
+                 vector_cache: Any = None, holder: ModelHolder | None = None) -> None:
+        """``holder``: the models to search with (built from the settings when not given;
+        pass one to share loaded models, or a test's counting fakes); ``vector_cache``: an
+        open cache for the holder built here (none: no cache)."""
         import dataclasses
 
-        from engram_eval.retrieval.hybrid import HybridRetriever
+        from engram_eval.retrieval.pipeline import check_signals
         from engram_eval.retrieval.settings import RetrievalSettings
 
         self.settings = s = settings or ProductionSettings()
         retrieval = dataclasses.replace(RetrievalSettings.of(s),
                                         use_cache=vector_cache is not None)
-        self.retriever = HybridRetriever(retrieval, name="production",
-                                         vector_cache=vector_cache)
+        check_signals(retrieval)
+        self.holder = holder if holder is not None else ModelHolder(
+            retrieval, vector_cache=vector_cache)
         self.vector_cache = vector_cache
         self._calibration: Calibration | ContextCalibration | None = None
 
     @property
     def embedding_ref(self) -> ModelRef:
-        ref = self.retriever.embedding_ref
+        ref = self.holder.embedding_ref
         if ref is None:
             from engram_eval.errors import ConfigError
 
@@ -98,20 +110,17 @@ class Engine:
 
     @property
     def reranker_ref(self) -> ModelRef | None:
-        return self.retriever.reranker_ref
+        return self.holder.reranker_ref
 
     def models(self) -> list[ModelRef]:
-        return self.retriever.models()
+        return self.holder.models()
 
     def calibration_path(self) -> Path:
-        """The calibration file: ``settings.calibration`` (a path inside the package, such
-        as a recorded ``engram_eval/production/calibration_v1.json``, is read from the
-        package, wherever the process runs), else the packaged default."""
-        cal = self.settings.calibration or DEFAULT_CALIBRATION
-        p = Path(cal)
-        if not p.is_absolute() and p.parts[:1] == ("engram_eval",):
-            return package_root() / p
-        return p
+        """The calibration file: ``settings.calibration``, else the packaged default. A path
+        inside the package (such as a recorded ``engram_eval/production/calibration_v1.json``,
+        which now lives in ``data/``: :func:`~engram_eval.production.settings.data_file`) is
+        read from the package, wherever the process runs."""
+        return data_file(self.settings.calibration or DEFAULT_CALIBRATION)
 
     def calibration(self) -> Calibration | ContextCalibration:
         """The offline calibration, checked against this engine's model files and settings."""
@@ -122,23 +131,26 @@ class Engine:
         return self._calibration
 
     def encoder(self) -> Any:
-        return self.retriever.encoder()
+        return self.holder.encoder()
 
     def cross(self) -> Any:
-        return self.retriever.cross_encoder()
+        return self.holder.cross_encoder()
+
+    def session_pieces(self, sessions: Sequence[Session], role: str | None = "user"
+                       ) -> list[Piece]:
+        """Dense pieces of ``sessions``' turns of ``role`` (None: every turn), cut exactly as
+        the benchmark cuts user text (the embedding model's token counter)."""
+        from engram_eval.retrieval.dense import user_pieces
+
+        count_tokens, token_limit = self.holder.token_counter()
+        s = self.settings
+        return user_pieces(sessions, s.dense_piece_words, s.dense_piece_overlap,
+                           count_tokens, token_limit, role=role)
 
     def pieces(self, memories: Sequence[Memory]) -> list[tuple[int, str]]:
         """Dense pieces of each memory, cut exactly as the benchmark cuts user text."""
-        from engram_eval.data.records import Session, Turn
-        from engram_eval.retrieval.dense import user_pieces
-
-        r = self.retriever
-        r.encoder()  # the token counter comes with the encoder
-        sessions = [Session(m.id, m.date, (Turn("user", m.text, 0),)) for m in memories]
-        s = self.settings
-        return [(p.session_index, p.text) for p in
-                user_pieces(sessions, s.dense_piece_words, s.dense_piece_overlap,
-                            r._count_tokens, r._token_limit, role="user")]
+        return [(p.session_index, p.text)
+                for p in self.session_pieces(memory_sessions(memories), role="user")]
 
     def search(self, query: str, *, now: str, memories: Sequence[Memory],
                pieces: Sequence[tuple[int, str]], vectors: np.ndarray,
@@ -162,28 +174,34 @@ class Engine:
         return d
 
 
+def memory_sessions(memories: Sequence[Memory]) -> list[Session]:
+    """Each memory as the pipeline sees it: a session of one user turn."""
+    return [Session(m.id, m.date, (Turn("user", m.text, 0),)) for m in memories]
+
+
 def memory_signals(engine: Engine, query: str, now: str, memories: Sequence[Memory],
                    pieces: Sequence[tuple[int, str]], vectors: np.ndarray) -> dict[str, Any]:
     """The pipeline's ranking of ``memories`` for ``query`` plus the gate's per-memory
     features: ``dense``, ``bm25`` (the memory-text BM25 signal), every other computed signal
     under ``signals``, ``fused``, ``mult``, ``time``, ``terms``, ``order`` (the pipeline's
-    final order), ``window`` and ``qvec``."""
-    from engram_eval.data.records import Session, Turn
+    final order), ``window`` and ``qvec``; with a rerank, ``cross_raw`` (memory index -> the
+    logit of its whole text, for every memory the pipeline reranked) and ``cross_pairs``
+    (every (query, text) pair the pipeline scored -> its logit)."""
     from engram_eval.retrieval import pipeline as P
-    from engram_eval.retrieval.dense import Piece
 
     s = engine.settings
     n = len(memories)
-    sessions = [Session(m.id, m.date, (Turn("user", m.text, 0),)) for m in memories]
+    sessions = memory_sessions(memories)
     corpus = P.build_corpus(sessions, s, pieces=[Piece(i, 0, t) for i, t in pieces],
                             vectors=vectors)
     st = P.run_pipeline("", query, now, s, corpus,
                         encode=engine.encoder().encode if s.use_dense else None,
-                        score_pairs=engine.retriever.score_pairs if s.reranks_any() else None)
-    # the cross-encoder logits the pipeline computed for exactly (query, memory text): a
-    # memory's one turn under the turn unit. The gate reuses them instead of scoring again.
-    scored = {i: float(st.raw[i]) for i in st.reranked
-              if st.settings.rerank_unit == "turn" and st.traces[i].get("rerank_turn") == 0}
+                        score_pairs=engine.holder.score_pairs if s.reranks_any() else None)
+    # the logit the pipeline's rerank stage computed for each reranked memory's whole text
+    # (its one turn under the turn unit; under the session and passage units its rerank
+    # document, the memory text with an empty assistant part, which the cross-encoder's
+    # tokenizer reads as the memory text): the gate's full-text score, never computed twice
+    scored = {i: float(st.traces[i]["base_raw_score"]) for i in st.reranked}
     zeros = np.zeros(n)
     sig = {name: st.signals[name].scores if name in st.signals else zeros
            for name in st.qtrace.get("signals", [])}
@@ -197,6 +215,7 @@ def memory_signals(engine: Engine, query: str, now: str, memories: Sequence[Memo
             "signals": {k: v for k, v in sig.items() if k not in ("dense", "bm25_user")},
             "fused": st.fused if n else zeros, "mult": st.mult if n else np.ones(n),
             "time": time_f, "order": list(st.order), "cross_raw": scored,
+            "cross_pairs": dict(st.cross),
             "terms": [term_coverage(query, m.text) for m in memories],
             "window": None if window is None else {"start": window.start.isoformat(),
                                                    "end": window.end.isoformat(),
@@ -221,12 +240,23 @@ def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[
     cands = sig["order"][: s.candidates]
     cal = None if s.rerank else engine.calibration()
 
+    scored: dict[tuple[str, str], float] = dict(sig.get("cross_pairs") or {})
+
+    def cross_once(pairs: list[tuple[str, str]]) -> list[float]:
+        """Raw logits of ``pairs``: a pair already scored (by the pipeline's rerank stage or
+        earlier in this search) is never given to the cross-encoder again; the others go in
+        one batch."""
+        todo = [p for p in dict.fromkeys(pairs) if p not in scored]
+        if todo:
+            scored.update(zip(todo, engine.cross().raw_scores(todo), strict=True))
+        return [scored[p] for p in pairs]
+
     def conf_full(idxs: list[int]) -> dict[int, float]:
         if s.rerank:
             known = sig["cross_raw"]  # scored by the pipeline's rerank stage: never twice
             todo = [i for i in idxs if i not in known]
-            raw = dict(zip(todo, engine.cross().raw_scores(
-                [(query, memories[i].text) for i in todo]), strict=True)) if todo else {}
+            raw = dict(zip(todo, cross_once([(query, memories[i].text) for i in todo]),
+                           strict=True)) if todo else {}
             return {i: sigmoid(known[i] if i in known else raw[i]) for i in idxs}
         assert cal is not None
         if isinstance(cal, ContextCalibration):
@@ -254,7 +284,7 @@ def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[
         if excerpts:
             ids = list(excerpts)
             if s.rerank:
-                raw = engine.cross().raw_scores([(query, excerpts[i].text) for i in ids])
+                raw = cross_once([(query, excerpts[i].text) for i in ids])
                 ex_conf = {i: sigmoid(x) for i, x in zip(ids, raw, strict=True)}
             else:
                 assert cal is not None

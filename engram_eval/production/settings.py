@@ -20,16 +20,39 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError
 from engram_eval.retrieval.settings import GATE_GROUP, RetrievalSettings, _f
 
-DEFAULT_CALIBRATION = "engram_eval/production/calibration_v2.json"
+DEFAULT_CALIBRATION = "engram_eval/production/data/calibration_v2.json"
 #: The settings the published production runs recorded (older flat layout; pass them with
 #: ``--settings``) and the calibration fitted under them, which those settings name.
-RECORDED_SETTINGS_V1 = "engram_eval/production/settings_v1.json"
-RECORDED_CALIBRATION_V1 = "engram_eval/production/calibration_v1.json"
+RECORDED_SETTINGS_V1 = "engram_eval/production/data/settings_v1.json"
+RECORDED_CALIBRATION_V1 = "engram_eval/production/data/calibration_v1.json"
+#: Where the package's calibration and settings files lived before they moved to ``data/``:
+#: published runs, settings files and recorded commands name them there, and
+#: :func:`data_file` still reads them under those names.
+LEGACY_DATA_DIR = "engram_eval/production"
+
+
+def data_file(path: str | Path) -> Path:
+    """``path`` as given, or, when it is a package data file named by its place before the
+    move (``engram_eval/production/NAME.json``, as published runs, the v3 settings files and
+    recorded commands name them) and nothing is there, the file in ``data/``. A path that
+    starts with ``engram_eval/`` is read from the package, wherever the process runs."""
+    from engram_eval.io import package_root
+
+    p = Path(path)
+    if not p.is_absolute() and p.parts[:1] == ("engram_eval",):
+        inside = package_root() / p
+        if not inside.exists() and p.parent.as_posix() == LEGACY_DATA_DIR:
+            moved = package_root() / LEGACY_DATA_DIR / "data" / p.name
+            if moved.exists():
+                return moved
+        return inside
+    return p
 
 
 #: Gate fields (not retrieval settings). The excerpt retry changes confidences, so a
@@ -73,7 +96,8 @@ class ProductionSettings(RetrievalSettings):
     min_confidence: float = _f(0.6, "confidence cut-off (a relevance threshold, not a "
                                "probability of correctness)", group=GATE_GROUP, lo=0.0, hi=1.0)
     calibration: str = _f("", "calibration file of the offline confidence; '' = the "
-                          "packaged calibration_v1.json", group=GATE_GROUP)
+                          "packaged default (DEFAULT_CALIBRATION: "
+                          "engram_eval/production/data/calibration_v2.json)", group=GATE_GROUP)
 
     def to_json(self) -> dict[str, Any]:
         """Every field but the runtime ones (batch size, cache)."""

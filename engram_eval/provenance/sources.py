@@ -9,8 +9,9 @@ changes how a published run is checked.
   dataset loaders, scoring) + the retriever's own list (``Retriever.source_modules()``, from
   :mod:`engram_eval.retrieval.sources`).
 * A production run: :func:`production_sources` = :data:`PRODUCTION_CORE_SOURCES` (the
-  production modules, their scripts, calibration and schema) + the retrieval pipeline's list
-  (:data:`engram_eval.retrieval.sources.PIPELINE_SOURCES`, passed in by the caller:
+  production runtime and its evaluation modules, the ``engram-eval production`` command
+  line and its wrapper scripts, calibration and schema) + the retrieval pipeline's list
+  (:data:`engram_eval.retrieval.sources.SEARCH_SOURCES`, passed in by the caller:
   provenance and retrieval are independent layers and never import each other).
 * A derived file (a report, table or plot made from runs): its generator files, per
   ``engram-eval`` subcommand (:func:`derived_sources`, :data:`COMMAND_GENERATORS`) or per file
@@ -82,6 +83,8 @@ RUN_CORE_SOURCES: tuple[str, ...] = (
     "engram_eval/retrieval/settings.py",
     # unparsable dates counted into every run's summary (retrieval.temporal.unparsable_dates)
     "engram_eval/retrieval/temporal.py",
+    # the run's options, generated from the settings fields (runs.config.add_arguments)
+    "engram_eval/retrieval/flags.py",
 )
 
 #: Files that can change a production result (hashed into manifests and outputs), besides
@@ -91,19 +94,37 @@ PRODUCTION_CORE_SOURCES: tuple[str, ...] = (
     *_DATA,
     *_PROVENANCE,
     "engram_eval/data/datasets.py",  # the held-out guard reads a fixture's source through it
+    # the runtime (engram_eval.production) and its package data
     "engram_eval/production/__init__.py",
     "engram_eval/production/settings.py",
     "engram_eval/production/store.py",
     "engram_eval/production/search.py",
     "engram_eval/production/confidence.py",
     "engram_eval/production/features.py",  # calibration v3's per-candidate features
-    "engram_eval/production/fixture.py",
-    "engram_eval/production/runner.py",
-    "engram_eval/production/calibration_v2.json",  # DEFAULT_CALIBRATION
+    "engram_eval/production/data/calibration_v2.json",  # DEFAULT_CALIBRATION
     # the published runs' recorded settings and the calibration fitted under them
-    "engram_eval/production/calibration_v1.json",
-    "engram_eval/production/settings_v1.json",
+    "engram_eval/production/data/calibration_v1.json",
+    "engram_eval/production/data/settings_v1.json",
+    # its evaluation (engram_eval.production_eval): the fixture runner and the command
+    # bodies of `engram-eval production`, which one module dispatches (so the other
+    # commands' modules are in a run's closure too)
+    "engram_eval/production_eval/__init__.py",
+    "engram_eval/production_eval/fixture.py",
+    "engram_eval/production_eval/runner.py",
+    "engram_eval/production_eval/commands.py",
+    "engram_eval/production_eval/calibrate.py",
+    "engram_eval/production_eval/calibrate_real.py",
+    "engram_eval/production_eval/sessions.py",
+    "engram_eval/scoring/__init__.py",
+    "engram_eval/scoring/metrics.py",
+    "engram_eval/scoring/protocols.py",
+    "engram_eval/scoring/selective.py",
     "engram_eval/schemas/production_fixture.schema.json",
+    # the command line (`engram-eval production`, its options generated from the settings)
+    # and the scripts that wrap it
+    "engram_eval/cli/__init__.py",
+    "engram_eval/cli/production.py",
+    "engram_eval/retrieval/flags.py",
     "benchmarks/production_retrieval/run.py",
     "benchmarks/production_retrieval/_common.py",
 )
@@ -130,15 +151,17 @@ QA_ANSWER_SOURCES: tuple[str, ...] = (*_QA_CORE, "engram_eval/qa/answer.py",
 QA_JUDGE_SOURCES: tuple[str, ...] = (*_QA_CORE, "engram_eval/qa/judge.py",
                                      "engram_eval/qa/client.py", "engram_eval/qa/report.py")
 #: Besides a production run's files, what the selective-retrieval measurement of the
-#: confidence on real sessions executes (issue 18: benchmarks/production_retrieval/confidence.py).
+#: confidence on real sessions executes (issue 18: ``engram-eval production measure``, wrapped
+#: by benchmarks/production_retrieval/confidence.py).
 CONFIDENCE_EXTRA_SOURCES: tuple[str, ...] = (
     "engram_eval/data/datasets.py",
     "engram_eval/scoring/__init__.py",
     "engram_eval/scoring/metrics.py",
     "engram_eval/scoring/protocols.py",
     "engram_eval/scoring/selective.py",
-    "engram_eval/production/sessions.py",
-    "engram_eval/production/calibrate_real.py",
+    "engram_eval/production_eval/sessions.py",
+    "engram_eval/production_eval/calibrate_real.py",
+    "engram_eval/production_eval/commands.py",
     "benchmarks/production_retrieval/confidence.py",
 )
 
@@ -224,24 +247,24 @@ FILE_GENERATORS: dict[str, str] = {
     "tuned_by_structure.yaml": "engram_eval/analysis/tune_parts.py",
     "tuned_by_structure.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
     # results/production (scripts/publish_production.sh)
-    "calibration_v1.report.json": "benchmarks/production_retrieval/calibrate.py",
-    "calibration_v1.report.png": "benchmarks/production_retrieval/calibrate.py",
-    "abstention_longmemeval_s_dev.json": "benchmarks/production_retrieval/abstention_sweep.py",
-    "abstention_longmemeval_s_dev.png": "benchmarks/production_retrieval/abstention_sweep.py",
-    "abstention_locomo10.json": "benchmarks/production_retrieval/abstention_sweep.py",
-    "abstention_locomo10.png": "benchmarks/production_retrieval/abstention_sweep.py",
+    "calibration_v1.report.json": "engram_eval/production_eval/commands.py",
+    "calibration_v1.report.png": "engram_eval/production_eval/calibrate.py",
+    "abstention_longmemeval_s_dev.json": "engram_eval/production_eval/commands.py",
+    "abstention_longmemeval_s_dev.png": "engram_eval/production_eval/commands.py",
+    "abstention_locomo10.json": "engram_eval/production_eval/commands.py",
+    "abstention_locomo10.png": "engram_eval/production_eval/commands.py",
     # results/longmemeval_s_dev_context (PROVENANCE.md, "From retrieval to answers")
     "context_tokens.json": "benchmarks/longmemeval/context_tokens.py",
     # results/confidence (scripts/publish_confidence.sh, issue 18)
-    "calibration_v3_chat.report.json": "benchmarks/production_retrieval/confidence.py",
-    "calibration_v3_chat.report.png": "benchmarks/production_retrieval/confidence.py",
-    "calibration_v3_people.report.json": "benchmarks/production_retrieval/confidence.py",
-    "calibration_v3_people.report.png": "benchmarks/production_retrieval/confidence.py",
+    "calibration_v3_chat.report.json": "engram_eval/production_eval/commands.py",
+    "calibration_v3_chat.report.png": "engram_eval/production_eval/commands.py",
+    "calibration_v3_people.report.json": "engram_eval/production_eval/commands.py",
+    "calibration_v3_people.report.png": "engram_eval/production_eval/commands.py",
     # results/confidence/full: the same fit on every tune question
-    "calibration_v3_chat_full.report.json": "benchmarks/production_retrieval/confidence.py",
-    "calibration_v3_chat_full.report.png": "benchmarks/production_retrieval/confidence.py",
-    "calibration_v3_people_full.report.json": "benchmarks/production_retrieval/confidence.py",
-    "calibration_v3_people_full.report.png": "benchmarks/production_retrieval/confidence.py",
+    "calibration_v3_chat_full.report.json": "engram_eval/production_eval/commands.py",
+    "calibration_v3_chat_full.report.png": "engram_eval/production_eval/commands.py",
+    "calibration_v3_people_full.report.json": "engram_eval/production_eval/commands.py",
+    "calibration_v3_people_full.report.png": "engram_eval/production_eval/commands.py",
     # results/lexical (scripts/publish_lexical.sh, issue 27): each analyser and speaker
     # variant tuned on its own part, the choice, the two chosen runs tuned together
     "tune_lme_plain.yaml": "engram_eval/analysis/tune.py",
@@ -270,8 +293,8 @@ FILE_GENERATORS: dict[str, str] = {
 SUFFIX_GENERATORS: dict[str, str] = {
     ".frozen.json": "engram_eval/provenance/frozen.py",
     # a selective-retrieval measurement of the confidence and its figure (issue 18)
-    ".selective.json": "benchmarks/production_retrieval/confidence.py",
-    ".selective.png": "benchmarks/production_retrieval/confidence.py",
+    ".selective.json": "engram_eval/production_eval/commands.py",
+    ".selective.png": "engram_eval/production_eval/commands.py",
     # a trained reranker's model card (train-reranker; the weights are not published)
     ".card.json": "engram_eval/analysis/train_reranker.py",
 }
@@ -289,7 +312,7 @@ def run_sources(retriever_sources: Iterable[str]) -> list[str]:
 
 def production_sources(retrieval_sources: Iterable[str]) -> list[str]:
     """The files hashed into a production manifest: the production core + the retrieval
-    pipeline's list (:data:`engram_eval.retrieval.sources.PIPELINE_SOURCES`)."""
+    pipeline's list (:data:`engram_eval.retrieval.sources.SEARCH_SOURCES`)."""
     return _unique([*PRODUCTION_CORE_SOURCES, *retrieval_sources])
 
 

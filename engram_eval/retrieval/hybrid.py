@@ -74,45 +74,16 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from engram_eval.data._jsonio import read_json_document
 from engram_eval.data.records import (
     Question,
     Session,
 )
-from engram_eval.errors import ConfigError
 from engram_eval.retrieval import pipeline as P
 from engram_eval.retrieval.base import Ranking, ScoredSession
-from engram_eval.retrieval.models import ModelRef, resolve_model
+from engram_eval.retrieval.holder import ModelHolder
+from engram_eval.retrieval.models import ModelRef
 from engram_eval.retrieval.settings import RetrievalSettings, describe_settings
 from engram_eval.retrieval.sources import PIPELINE_SOURCES
-
-
-def token_counter(model_dir: str) -> tuple[Any, int] | None:
-    """(count_tokens, limit) from the model's ``tokenizer.json`` and its sentence-transformers
-    ``max_seq_length``, read with the light ``tokenizers`` library so that a fully cached run
-    never loads the model. None when the files are absent (word windows only)."""
-    from pathlib import Path
-
-    d = Path(model_dir)
-    tok_file = d / "tokenizer.json"
-    if not tok_file.is_file():
-        return None
-    try:
-        from tokenizers import Tokenizer
-    except ImportError:  # pragma: no cover - a dependency of transformers
-        return None
-    tok = Tokenizer.from_file(str(tok_file))
-    tok.no_truncation()
-    limit = 512
-    cfg = d / "sentence_bert_config.json"
-    if cfg.is_file():
-        limit = int(read_json_document(cfg).get("max_seq_length", limit))
-
-    def count(text: str) -> int:
-        return len(tok.encode(text, add_special_tokens=False).ids)
-
-    return count, limit - 2  # room for [CLS] and [SEP]
-
 
 
 class HybridRetriever:
@@ -120,46 +91,27 @@ class HybridRetriever:
     loaded on first use, so provenance can be checked before any model is loaded."""
 
     def __init__(self, settings: RetrievalSettings, name: str = "hybrid", *,
-                 vector_cache: Any = None) -> None:
-        """``vector_cache``: an open cache to use instead of the one ``use_cache`` /
-        ``cache_dir`` name (production search hands in its own)."""
+                 vector_cache: Any = None, holder: ModelHolder | None = None) -> None:
+        """``holder``: the models to rank with (:class:`~.holder.ModelHolder`; built from
+        ``settings`` when not given); ``vector_cache``: an open cache for the holder built
+        here to use instead of the one ``use_cache`` / ``cache_dir`` name."""
         self.settings = RetrievalSettings.of(settings)  # validates
         self.name = name
-        s = self.settings
-        if not s.signal_names():
-            raise ConfigError("config: at least one of use_dense, use_bm25_user, "
-                              "use_bm25_assistant, use_bm25_turn, use_bm25_prf must be true")
-        if not any(w > 0 for w in s.weights().values()):
-            raise ConfigError("config: every switched-on signal has weight 0 ("
-                              + ", ".join(f"weight_{n}" for n in s.signal_names()) + ")")
-        self.embedding_ref = (resolve_model(s.embedding_model, "embedding")
-                              if s.use_dense else None)
-        self.reranker_ref = (resolve_model(s.reranker_model, "reranker")
-                             if s.reranks_any() else None)
-        from engram_eval.retrieval.onnx_export import (
-            prepare_embedding_backend,
-            prepare_reranker_backend,
-        )
-
-        # the exported ONNX models (backend onnx), recorded with the run's models
-        self.onnx_ref = prepare_embedding_backend(s.embedding_backend, self.embedding_ref,
-                                                  s.embedding_precision, s.cache_dir)
-        self.reranker_onnx_ref = (prepare_reranker_backend(s.reranker_backend, self.reranker_ref,
-                                                           s.reranker_precision, s.cache_dir)
-                                  if s.reranks_any() else None)
-        self._cache: Any = vector_cache
-        self._encoder: Any = None
-        self._cross: Any = None
-        self._count_tokens: Any = None
-        self._token_limit = 256
+        P.check_signals(self.settings)
+        self.holder = holder if holder is not None else ModelHolder(
+            self.settings, vector_cache=vector_cache)
+        h = self.holder
+        self.embedding_ref = h.embedding_ref
+        self.reranker_ref = h.reranker_ref
+        self.onnx_ref = h.onnx_ref
+        self.reranker_onnx_ref = h.reranker_onnx_ref
         self._sessions: tuple[Session, ...] = ()
         self._chat_roles = True
         self._qtrace: dict[tuple[str, str], dict[str, Any]] = {}
 
     # -- provenance -------------------------------------------------------------
     def models(self) -> list[ModelRef]:
-        return [r for r in (self.embedding_ref, self.onnx_ref, self.reranker_ref,
-                            self.reranker_onnx_ref) if r is not None]
+        return self.holder.models()
 
     def source_modules(self) -> list[str]:
         return list(PIPELINE_SOURCES)
@@ -175,61 +127,19 @@ class HybridRetriever:
         d["lexical"].update(analyzer_of(self.settings).describe())
         return d
 
-    # -- lazy resources ---------------------------------------------------------
-    def _vector_cache(self) -> Any:
-        if self._cache is None and self.settings.use_cache:
-            from engram_eval.retrieval.cache import VectorCache, default_cache_dir
-
-            self._cache = VectorCache(self.settings.cache_dir or default_cache_dir())
-        return self._cache
-
+    # -- models (held by self.holder) ----------------------------------------------
     def encoder(self) -> Any:
-        if self._encoder is None:
-            from engram_eval.retrieval.embeddings import CachedEncoder, make_embedder
-
-            assert self.embedding_ref is not None
-            emb = make_embedder(self.settings.embedding_backend, self.embedding_ref,
-                                self.settings.embedding_precision, self.settings.batch_size,
-                                onnx_ref=self.onnx_ref)
-            self._encoder = CachedEncoder(emb, self._vector_cache(), self.settings.embedding_backend)
-            counter = token_counter(self.embedding_ref.path)
-            if counter is not None:
-                self._count_tokens, self._token_limit = counter
-        return self._encoder
+        return self.holder.encoder()
 
     def cross_encoder(self) -> Any:
-        if self._cross is None:
-            from engram_eval.retrieval.rerank import CachedCrossEncoder, make_cross_encoder
-
-            assert self.reranker_ref is not None
-            model = make_cross_encoder(self.settings.reranker_backend, self.reranker_ref,
-                                       self.settings.rerank_max_length,
-                                       self.settings.batch_size,
-                                       onnx_ref=self.reranker_onnx_ref,
-                                       precision=self.settings.reranker_precision)
-            self._cross = CachedCrossEncoder(
-                model, self._vector_cache(), self.settings.reranker_backend,
-                self.settings.rerank_max_length,
-                batch_dependent=self.settings.reranker_precision == "int8")
-        return self._cross
+        return self.holder.cross_encoder()
 
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
-        """Raw cross-encoder scores; the model loads on the first call, so a run whose
-        haystacks are never reranked (people's chats by default) never loads it."""
-        return list(self.cross_encoder().raw_scores(pairs))
+        """Raw cross-encoder scores (:meth:`.holder.ModelHolder.score_pairs`)."""
+        return self.holder.score_pairs(pairs)
 
     def stats(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self._encoder is not None:
-            e = self._encoder
-            out["embedding"] = {"model_seconds": e.model_seconds, "texts_encoded": e.n_model,
-                                "disk_cache_hits": e.n_disk, "memory_cache_hits": e.n_memory}
-        if self._cross is not None:
-            x = self._cross
-            out["rerank"] = {"model_seconds": x.model_seconds, "pairs_scored": x.n_model,
-                             "cache_hits": x.n_cached}
-        return out
-
+        return self.holder.stats()
 
     # -- protocol ---------------------------------------------------------------
     def index(self, sessions: Sequence[Session]) -> None:
@@ -239,9 +149,9 @@ class HybridRetriever:
         encode = None
         if c.use_dense:
             encode = self.encoder().encode
-        self._corpus = P.build_corpus(sessions, c, encode=encode,
-                                      count_tokens=self._count_tokens,
-                                      token_limit=self._token_limit)
+        count_tokens, token_limit = self.holder.token_counter()
+        self._corpus = P.build_corpus(sessions, c, encode=encode, count_tokens=count_tokens,
+                                      token_limit=token_limit)
         self._sessions = self._corpus.sessions
         self._chat_roles = self._corpus.chat_roles
 

@@ -108,6 +108,20 @@ class Corpus:
     vectors: np.ndarray | None = None
 
 
+def check_signals(settings: RetrievalSettings) -> None:
+    """ConfigError unless ``settings`` can rank: at least one signal switched on, and one of
+    them with a weight above 0 (checked before any model is resolved)."""
+    from engram_eval.errors import ConfigError
+
+    s = settings
+    if not s.signal_names():
+        raise ConfigError("config: at least one of use_dense, use_bm25_user, "
+                          "use_bm25_assistant, use_bm25_turn, use_bm25_prf must be true")
+    if not any(w > 0 for w in s.weights().values()):
+        raise ConfigError("config: every switched-on signal has weight 0 ("
+                          + ", ".join(f"weight_{n}" for n in s.signal_names()) + ")")
+
+
 def feedback_source(settings: RetrievalSettings) -> str:
     """The first-pass signal of the feedback signals."""
     s = settings
@@ -196,6 +210,10 @@ class QuestionState:
     rerank_rank: dict[int, int] = field(default_factory=dict)
     order: list[int] = field(default_factory=list)
     moved: bool = False
+    #: every (query, document) pair the rerank stage gave the cross-encoder, with its raw
+    #: score: what :func:`run_pipeline` computed, for a consumer that needs the same scores
+    #: (production's gate) not to score a pair twice.
+    cross: dict[tuple[str, str], float] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -444,7 +462,13 @@ def rerank_stage(st: QuestionState, score_pairs: ScorePairs) -> None:
     c = st.settings
     n = st.n
     cands = st.fused_order[: c.rerank_candidates]
-    raw_scores = cross_scores(st, cands, score_pairs)
+
+    def recorded(pairs: list[tuple[str, str]]) -> list[float]:
+        raw = score_pairs(pairs)
+        st.cross.update(zip(pairs, raw, strict=False))
+        return raw
+
+    raw_scores = cross_scores(st, cands, recorded)
     for i in cands:
         prior = 1.0 - (st.fused_rank[i] - 1) / len(cands)
         st.raw[i] = raw_scores[i]
@@ -498,7 +522,9 @@ def run_pipeline(question_id: str, text: str, question_date: str,
                  encode: Encode | None = None,
                  score_pairs: ScorePairs | None = None) -> QuestionState:
     """Every stage in order for one question over ``corpus``; the state holds the result
-    (``order``, ``final``) and the traces. An empty corpus stops after the question trace."""
+    (``order``, ``final``), the traces and every cross-encoder score it computed
+    (``cross``: (query, document) -> raw score). An empty corpus stops after the question
+    trace."""
     st = new_state(question_id, text, question_date, settings, corpus)
     if st.n == 0:
         return st

@@ -21,10 +21,11 @@ _COMMON = (
     "engram_eval/retrieval/models.py",
 )
 
-#: The retrieval pipeline (``hybrid``, ``bm25``, ``dense`` retrievers; production search).
-PIPELINE_SOURCES: tuple[str, ...] = (
-    *_COMMON,
-    "engram_eval/retrieval/hybrid.py",
+#: The retrieval pipeline's modules after the retriever class: what the ``hybrid``, ``bm25``
+#: and ``dense`` retrievers (:data:`PIPELINE_SOURCES`) and production search
+#: (:data:`SEARCH_SOURCES`, which builds no retriever) both execute.
+_STAGES = (
+    "engram_eval/retrieval/holder.py",
     "engram_eval/retrieval/pipeline.py",
     "engram_eval/retrieval/settings.py",
     "engram_eval/retrieval/fusion.py",
@@ -41,6 +42,13 @@ PIPELINE_SOURCES: tuple[str, ...] = (
     "engram_eval/retrieval/passages.py",
     "engram_eval/retrieval/coverage.py",
 )
+
+#: The retrieval pipeline behind the ``hybrid``, ``bm25`` and ``dense`` retrievers.
+PIPELINE_SOURCES: tuple[str, ...] = (*_COMMON, "engram_eval/retrieval/hybrid.py", *_STAGES)
+
+#: The retrieval pipeline as production search runs it: the stages and the model holder,
+#: without the retriever class (:mod:`engram_eval.production.search` builds none).
+SEARCH_SOURCES: tuple[str, ...] = (*_COMMON, *_STAGES)
 
 #: ``flat-bm25`` (:class:`engram_eval.retrieval.bm25.FlatBM25`).
 FLAT_BM25_SOURCES: tuple[str, ...] = (*_COMMON, "engram_eval/retrieval/bm25.py",

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError
+from engram_eval.retrieval.flags import add_field_arguments, given_fields
 from engram_eval.retrieval.settings import (
     GROUPS,
     RETRIEVER_GROUPS,
@@ -323,61 +323,12 @@ def _coerce(f: dataclasses.Field[Any], v: Any, source: str) -> Any:
     return v  # pragma: no cover
 
 
-def finite_float(text: str) -> float:
-    """``argparse`` type of a float option: a finite number; NaN and infinities are one
-    usage error naming the option (argparse adds it)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-    return value
-
-
-def seed_int(text: str) -> int:
-    """``argparse`` type of a seed option: an integer >= 0 (a negative seed is one usage
-    error naming the option)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a seed must be >= 0")
-    return value
-
-
-def _arg_type(name: str, type_name: str) -> Any:
-    """The ``argparse`` type of the option of field ``name`` (declared as ``type_name``)."""
-    base = type_name.split(" ")[0]
-    if base == "float":
-        return finite_float
-    if base == "int":
-        return seed_int if name.endswith("seed") else int
-    return str
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one option per CLI-settable field, in argument groups by pipeline stage
     (selection, dense, lexical, fusion, temporal, rerank, coverage, runtime); every default
     is None so that only explicit values override the YAML/defaults. Test-only fields
     (``--dummy-salt``) are accepted but hidden from ``--help``."""
-    groups = {g: parser.add_argument_group(g, _GROUP_HELP[g]) for g in GROUPS}
-    for f in fields(RunConfig):
-        m = f.metadata
-        if not m["cli"]:
-            continue
-        target = groups[m["group"]]
-        opt = "--" + f.name.replace("_", "-")
-        t = str(f.type)
-        help_text = (argparse.SUPPRESS if m.get("hidden")
-                     else m["help"] + f" (default: {f.default!r})")
-        if t == "bool":
-            target.add_argument(opt, dest=f.name, action=argparse.BooleanOptionalAction,
-                                default=None, help=help_text)
-        else:
-            target.add_argument(opt, dest=f.name, type=_arg_type(f.name, t), default=None, help=help_text,
-                                choices=m["choices"])
+    groups = add_field_arguments(parser, RunConfig, {g: _GROUP_HELP[g] for g in GROUPS})
     groups["selection"].add_argument("--question-id", dest="question_ids", action="append",
                                      default=None,
                                      help="score only this question id (repeatable)")
@@ -412,11 +363,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         data = read_yaml_mapping(args.config, "config", "a mapping of config fields")
         base = RunConfig.from_mapping(data, source=str(args.config))
         explicit = {str(k).replace("-", "_") for k in data}
-    changes = {}
-    for f in fields(RunConfig):
-        v = getattr(args, f.name, None)
-        if v is not None:
-            changes[f.name] = v
+    changes = given_fields(args, RunConfig)
     try:
         config = dataclasses.replace(base, **changes).validate()
     except TypeError as e:  # pragma: no cover

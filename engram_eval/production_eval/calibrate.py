@@ -29,9 +29,9 @@ from engram_eval.production.confidence import (
     log_loss,
     reliability,
 )
-from engram_eval.production.fixture import load_fixture
 from engram_eval.production.search import Engine, memory_signals
 from engram_eval.production.store import MemoryStore
+from engram_eval.production_eval.fixture import load_fixture
 
 
 def calibration_data(fixture: str | Path, engine: Engine) -> tuple[np.ndarray, np.ndarray,

@@ -59,16 +59,11 @@ def question_memories(engine: Engine, q: Question) -> tuple[tuple[Memory, ...],
                                                            tuple[tuple[int, str], ...],
                                                            np.ndarray]:
     """The memories, dense pieces and piece vectors of ``q``'s haystack."""
-    from engram_eval.retrieval.dense import user_pieces
-
     roles = has_chat_roles(q.sessions)
     mems = tuple(Memory(s.session_id, s.user_text if roles else s.text(), s.date)
                  for s in q.sessions)
-    r = engine.retriever
-    enc = engine.encoder()  # the token counter comes with the encoder
-    s = engine.settings
-    pcs = user_pieces(q.sessions, s.dense_piece_words, s.dense_piece_overlap,
-                      r._count_tokens, r._token_limit, role="user" if roles else None)
+    enc = engine.encoder()
+    pcs = engine.session_pieces(q.sessions, role="user" if roles else None)
     pieces = tuple((pc.session_index, pc.text) for pc in pcs)
     vecs = enc.encode([t for _, t in pieces])
     return mems, pieces, np.asarray(vecs)

@@ -1,7 +1,7 @@
 """Calibration of the production confidence on real sessions (calibration v3), and its
 measurement as selective retrieval.
 
-**Data.** The session-level gate (:mod:`engram_eval.production.sessions`: each question's
+**Data.** The session-level gate (:mod:`engram_eval.production_eval.sessions`: each question's
 haystack sessions as its memories) over *tuning parts only* -- the tune part of the
 LongMemEval dev split (its ``_abs`` questions included) and the tune conversations of a
 LoCoMo split by conversation. A file holding any held-out data is refused (the one guard,
@@ -60,7 +60,7 @@ from engram_eval.io import sha256_file, sha256_json
 from engram_eval.production.confidence import CALIBRATION_KIND
 from engram_eval.production.features import FEATURES_V3, candidate_features
 from engram_eval.production.search import Engine, memory_signals
-from engram_eval.production.sessions import search_all, session_questions
+from engram_eval.production_eval.sessions import search_all, session_questions
 from engram_eval.scoring import selective as S
 
 FORMULA = ("z = intercept + sum_k w_k * x_k over features; confidence = interp(z, "

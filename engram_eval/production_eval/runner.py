@@ -47,26 +47,26 @@ from engram_eval.io import (
     sha256_file,
     storage_errors,
 )
-from engram_eval.production.fixture import (
+from engram_eval.production.search import Engine, SearchResponse
+from engram_eval.production.settings import DEFAULT_CALIBRATION
+from engram_eval.production.store import MemoryStore
+from engram_eval.production_eval.fixture import (
     CaseView,
     FixtureView,
     GoldLookup,
     load_fixture,
     read_document,
 )
-from engram_eval.production.search import Engine, SearchResponse
-from engram_eval.production.settings import DEFAULT_CALIBRATION
-from engram_eval.production.store import MemoryStore
 from engram_eval.provenance import frozen as F
 from engram_eval.provenance.heldout import HeldoutMatch, fixture_heldout
 from engram_eval.provenance.sources import production_sources
-from engram_eval.retrieval.sources import PIPELINE_SOURCES
+from engram_eval.retrieval.sources import SEARCH_SOURCES
 
 RUNNER = "production_retrieval"
 OUTPUT_KIND = "engram-eval/production-run"
 DEV_LABEL = "development measurement (fixture not held out)"
 #: Files that can change a production result (hashed into manifests and outputs).
-SOURCES = tuple(production_sources(PIPELINE_SOURCES))
+SOURCES = tuple(production_sources(SEARCH_SOURCES))
 
 
 def effective_settings(engine: Engine, source_root: str | Path) -> dict[str, Any]:

@@ -1,0 +1,96 @@
+"""Command-line options generated from a settings dataclass's fields.
+
+Every field declared with :func:`engram_eval.retrieval.settings._f` carries its help text,
+group, choices and whether it is settable on the command line (``cli``) or hidden (test-only).
+:func:`add_field_arguments` turns those into one option per field (``--field-name``; a bool
+field gets ``--x`` / ``--no-x``), in one argument group per settings group, each default
+None so that only an explicit value overrides a file or the defaults; :func:`given_fields`
+reads the explicit values back. ``engram-eval run`` (:func:`engram_eval.runs.config.
+add_arguments`, :class:`~engram_eval.runs.config.RunConfig`) and ``engram-eval production``
+(:mod:`engram_eval.cli.production`, :class:`~engram_eval.production.settings.
+ProductionSettings`) both generate their settings options here, so the flags, their help and
+their shown defaults come from the fields and cannot drift from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import fields
+from typing import Any
+
+
+def finite_float(text: str) -> float:
+    """``argparse`` type of a float option: a finite number; NaN and infinities are one
+    usage error naming the option (argparse adds it)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def seed_int(text: str) -> int:
+    """``argparse`` type of a seed option: an integer >= 0 (a negative seed is one usage
+    error naming the option)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a seed must be >= 0")
+    return value
+
+
+def arg_type(name: str, type_name: str) -> Any:
+    """The ``argparse`` type of the option of field ``name`` (declared as ``type_name``)."""
+    base = type_name.split(" ")[0]
+    if base == "float":
+        return finite_float
+    if base == "int":
+        return seed_int if name.endswith("seed") else int
+    return str
+
+
+def option_name(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+def add_field_arguments(parser: argparse.ArgumentParser, settings_cls: Any,
+                        group_help: Mapping[str, str], *,
+                        groups: Iterable[str] | None = None) -> dict[str, Any]:
+    """One option per CLI-settable field of ``settings_cls`` whose group is in ``groups``
+    (default: every key of ``group_help``, in that order), each in the argument group of
+    its settings group; returns the argument groups by name. Help shows the field's
+    default."""
+    names = list(group_help if groups is None else groups)
+    out = {g: parser.add_argument_group(g, group_help[g]) for g in names}
+    for f in fields(settings_cls):
+        m = f.metadata
+        if not m.get("cli", False) or m["group"] not in out:
+            continue
+        target = out[m["group"]]
+        opt = option_name(f.name)
+        t = str(f.type)
+        help_text = (argparse.SUPPRESS if m.get("hidden")
+                     else m["help"] + f" (default: {f.default!r})")
+        if t == "bool":
+            target.add_argument(opt, dest=f.name, action=argparse.BooleanOptionalAction,
+                                default=None, help=help_text)
+        else:
+            target.add_argument(opt, dest=f.name, type=arg_type(f.name, t), default=None,
+                                help=help_text, choices=m["choices"])
+    return out
+
+
+def given_fields(args: argparse.Namespace, settings_cls: Any) -> dict[str, Any]:
+    """The fields of ``settings_cls`` given explicitly in ``args`` (not None)."""
+    out = {}
+    for f in fields(settings_cls):
+        v = getattr(args, f.name, None)
+        if v is not None:
+            out[f.name] = v
+    return out
