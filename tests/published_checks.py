@@ -75,6 +75,7 @@ SOURCES_AT: dict[str, str] = {
     "lexical/fold?_d15_*.jsonl.gz": "8012952",
     "lexical/fold?_d2?_*.jsonl.gz": "e5e84cc",
     "lexical/heldout_*.jsonl.gz": "7784ff5",
+    "rerank_retrain/fold?_*.jsonl.gz": "fe62a1b",
 }
 
 

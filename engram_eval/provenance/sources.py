@@ -236,6 +236,8 @@ FILE_GENERATORS: dict[str, str] = {
     "rerank_choice.json": "benchmarks/longmemeval/choose_rerank.py",
     # the unit and blend chosen together out of fold (scripts/publish_rerank_unit.sh)
     "rerank_unit_choice.json": "benchmarks/longmemeval/choose_rerank.py",
+    # results/rerank_retrain (scripts/publish_retrain.sh): blend grid and retrained folds
+    "retrain_choice.json": "benchmarks/longmemeval/choose_rerank.py",
     "speed_rerank_tune30.json": "benchmarks/longmemeval/speed_rerank.py",
     # results/locomo_rerank: the same measurement on LoCoMo tune conversations
     "speed_rerank_locomo_tune30.json": "benchmarks/longmemeval/speed_rerank.py",
