@@ -146,7 +146,7 @@ def test_no_warning_when_every_gold_id_is_in_the_haystack(
     ("now", "2024-13-01"), ("now", "31 April 2024")])
 def test_an_impossible_production_date_is_one_error(where: str, value: str,
                                                     tmp_path: Path) -> None:
-    from engram_eval.production.fixture import load_fixture
+    from engram_eval.production_eval.fixture import load_fixture
 
     doc = json.loads((FIXTURES / "production" / "dev.json").read_text(encoding="utf-8"))
     case = doc["cases"][0]
@@ -166,7 +166,7 @@ def test_an_impossible_production_date_is_one_error(where: str, value: str,
 
 
 def test_the_shipped_fixtures_have_only_real_dates() -> None:
-    from engram_eval.production.fixture import validate_document
+    from engram_eval.production_eval.fixture import validate_document
 
     for name in ("dev", "validation_v2", "validation_v3"):
         path = FIXTURES / "production" / f"{name}.json"
