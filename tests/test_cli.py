@@ -85,7 +85,8 @@ def test_bad_input_is_one_error_line(tmp_path: Path, args: list, needle: str) ->
 # -- YAML config ------------------------------------------------------------------------------
 def test_yaml_config_applies_and_cli_zero_overrides(tmp_path: Path) -> None:
     yml = tmp_path / "run.yaml"
-    yml.write_text("retriever: dummy\nrrf_k: 10\nbm25_b: 0.5\nuse_dense: false\n")
+    yml.write_text("retriever: dummy\nrrf_k: 10\nbm25_b: 0.5\nuse_dense: false\n"
+                   "use_dense_rocchio: false\n")  # Rocchio moves the dense question
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     assert run_main(LME, "--config", yml, "--output", a) == 0
     cfg = meta_of(a)["config"]

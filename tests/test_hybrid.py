@@ -91,7 +91,13 @@ def base_config(tiny_embedding_model: str, cache_dir: str) -> RunConfig:
                                progress=False, fusion="rrf", rrf_k=60.0, weight_dense=1.0,
                                weight_bm25_user=1.0, weight_bm25_assistant=0.5,
                                use_bm25_turn=False, weight_bm25_turn=0.0, temporal=True,
-                               temporal_boost=1.25, rerank=False)
+                               temporal_boost=1.25, rerank=False,
+                               # word terms, no feedback signals: the first stage before
+                               # PROVENANCE.md section 14, which these hand computations use
+                               lexical_stemmer="none", lexical_stopwords="none",
+                               normalisation="minmax", use_bm25_prf=False,
+                               weight_bm25_prf=0.0, use_dense_rocchio=False,
+                               weight_dense_rocchio=0.0)
 
 
 @pytest.fixture(scope="module")

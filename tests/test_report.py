@@ -307,7 +307,7 @@ def test_sessions_traces_and_turns(reports: dict[str, Path]) -> None:
         assert len(top) == min(10, q["n_sessions"])
         for s in q["sessions"]:
             assert s["gold"] == (s["id"] in (q["gold"] or []))
-            assert len(s["signals"]) == len(q["signals"]) == 3  # bm25: user, assistant, turn
+            assert len(s["signals"]) == len(q["signals"]) == 4  # bm25: user, assistant, turn, feedback
             assert "fused_rank" in s and "temporal_rank" in s
             session = next(x for x in by_id[q["id"]].sessions if x.session_id == s["id"])
             assert s["date"] == session.date

@@ -236,11 +236,13 @@ def test_people_chats_are_not_reranked_when_the_card_says_so(shipped: Path,
 
 
 # --------------------------------------------------------------------------- the real one
-SHIPPED = "engram-ce-minilm-v1"
+SHIPPED = "engram-ce-minilm-v2"  # the package default (PROVENANCE.md sections 14 and 15)
 
 
-def test_the_shipped_reranker_resolves_with_its_card() -> None:
-    ref = resolve_model(SHIPPED, "reranker")
+@pytest.mark.parametrize("name", ["engram-ce-minilm-v1", SHIPPED])
+def test_the_shipped_reranker_resolves_with_its_card(name: str) -> None:
+    """Every shipped version stays resolvable (earlier runs re-execute with theirs)."""
+    ref = resolve_model(name, "reranker")
     settings, _ = model_settings_card(ref)
     assert settings is not None and settings["rerank_unit"] == "turn"
     card = json.loads((Path(ref.path) / "card.json").read_text())
@@ -340,3 +342,24 @@ def test_a_settings_only_version_reranks_like_its_base_with_its_settings(
     meta = json.loads((tmp_path / "v2.jsonl.metadata.json").read_text())
     assert meta["config"]["rerank_candidates"] == 3
     assert cli.main(["verify", str(out), "--dataset", str(DATASET), "--rerun", "2"]) == 0
+
+
+def test_the_defaults_are_the_published_first_stage_and_reranker() -> None:
+    """The package defaults are the configuration PROVENANCE.md section 14 froze and ran on
+    the held-out parts (results/lexical/heldout_config.yaml, every field) with the reranker
+    section 15 kept; people's chats take that file's people_overrides plus the card's."""
+    import yaml
+
+    from engram_eval.runs.config import RunConfig
+
+    frozen = yaml.safe_load((ROOT / "results/lexical/heldout_config.yaml").read_text())
+    d = RunConfig()
+    for k, v in frozen.items():
+        if k == "people_overrides":
+            assert {x: d.people_overrides[x] for x in v} == v
+        else:
+            assert getattr(d, k) == v, k
+    assert d.reranker_model == SHIPPED and d.rerank
+    people = d.for_chat_roles(False)
+    assert (people.rerank, people.lexical_speaker, people.normalisation) == (False, "prefix",
+                                                                             "minmax")

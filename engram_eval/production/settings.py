@@ -26,6 +26,20 @@ from typing import Any
 from engram_eval.errors import ConfigError
 from engram_eval.retrieval.settings import GATE_GROUP, RetrievalSettings, _f
 
+#: people_overrides of the first stage the packaged calibrations were fitted under.
+PRODUCTION_PEOPLE: dict[str, Any] = {"normalisation": "zscore", "temporal": False,
+                                     "weight_bm25_user": 1.0, "rerank": False}
+
+
+def _pinned(name: str, value: Any) -> Any:
+    """The retrieval field ``name`` (help, group, bounds) with production's own default."""
+    meta = next(f for f in fields(RetrievalSettings) if f.name == name).metadata
+    return _f(value, f"{meta['help']} (production: {value!r}, the first stage its "
+              "calibrations were fitted under)", group=meta["group"],
+              fingerprint=meta["fingerprint"], choices=meta["choices"], lo=meta["lo"],
+              hi=meta["hi"], cli=meta["cli"], hidden=meta["hidden"])
+
+
 DEFAULT_CALIBRATION = "engram_eval/production/data/calibration_v2.json"
 #: The settings the published production runs recorded (older flat layout; pass them with
 #: ``--settings``) and the calibration fitted under them, which those settings name.
@@ -86,6 +100,20 @@ class ProductionSettings(RetrievalSettings):
     rerank: bool = _f(False, "rerank with the cross-encoder; in production its sigmoid then "
                       "becomes the gate's confidence (uncalibrated; off by default)",
                       group="rerank")
+    # The first stage the packaged calibrations were fitted under (the retrieval defaults
+    # before PROVENANCE.md section 14): a calibration refuses any other settings, and none has
+    # been fitted under the new analyser and fusion yet, so production keeps these until one
+    # is (issue 30), as it keeps the rerank stage off.
+    use_dense_rocchio: bool = _pinned("use_dense_rocchio", False)
+    use_bm25_prf: bool = _pinned("use_bm25_prf", False)
+    lexical_stemmer: str = _pinned("lexical_stemmer", "none")
+    lexical_stopwords: str = _pinned("lexical_stopwords", "none")
+    normalisation: str = _pinned("normalisation", "minmax")
+    weight_bm25_user: float = _pinned("weight_bm25_user", 0.3)
+    weight_bm25_turn: float = _pinned("weight_bm25_turn", 0.3)
+    weight_bm25_prf: float = _pinned("weight_bm25_prf", 0.0)
+    weight_dense_rocchio: float = _pinned("weight_dense_rocchio", 0.0)
+    people_overrides: dict = _pinned("people_overrides", PRODUCTION_PEOPLE)
     candidates: int = _f(10, "memories, best first after the retrieval pipeline, that get a "
                          "confidence", group=GATE_GROUP, lo=1, hi=10000)
     excerpt_retry: bool = _f(True, "a candidate the gate rejects tries one focused excerpt; "

@@ -62,9 +62,13 @@ GENERIC_RERANK: dict[str, Any] = {"reranker_backend": "sentence_transformers",
 
 #: The default ``people_overrides``: chosen by ``engram-eval tune`` on the LoCoMo10 tune
 #: conversations beside the LongMemEval tune part and run once on the held-out conversations
-#: (PROVENANCE.md section 7, results/structure/tuned_by_structure.yaml).
-PEOPLE_DEFAULTS: dict[str, Any] = {"normalisation": "zscore", "temporal": False,
-                                   "weight_bm25_user": 1.0,
+#: (PROVENANCE.md section 14, results/lexical/tuned_first_stage.yaml; before it, section 7's
+#: results/structure/tuned_by_structure.yaml: zscore, weight_bm25_user 1.0, no temporal).
+PEOPLE_DEFAULTS: dict[str, Any] = {"normalisation": "minmax", "temporal": False,
+                                   "weight_bm25_turn": 0.3, "weight_bm25_prf": 0.0,
+                                   "weight_dense_rocchio": 0.0,
+                                   # "NAME: text" in the BM25 documents (section 14)
+                                   "lexical_speaker": "prefix",
                                    # people's chats are not reranked: the shipped reranker's
                                    # card chose so (PROVENANCE.md sections 11 and 12)
                                    "rerank": False}
@@ -168,7 +172,7 @@ class RetrievalSettings:
                                   lo=0, hi=256)
     dense_aggregate: str = _f("max", "session score from its piece similarities",
                               group="dense", choices=("max", "max_mean"))
-    use_dense_rocchio: bool = _f(False, "Rocchio dense feedback (signal 'dense_rocchio'): the "
+    use_dense_rocchio: bool = _f(True, "Rocchio dense feedback (signal 'dense_rocchio'): the "
                                  "question vector moved toward the best piece vectors of the "
                                  "top feedback_docs first-pass sessions, pieces re-scored "
                                  "(no new encodings)", group="dense")
@@ -180,7 +184,7 @@ class RetrievalSettings:
                                   group="lexical")
     use_bm25_turn: bool = _f(True, "BM25 over single user turns, a session scoring its best "
                              "turn (signal 'bm25_turn')", group="lexical")
-    use_bm25_prf: bool = _f(False, "pseudo-relevance feedback BM25 (signal 'bm25_prf', "
+    use_bm25_prf: bool = _f(True, "pseudo-relevance feedback BM25 (signal 'bm25_prf', "
                             "RM3-style): the question expanded with the prf_terms "
                             "highest-weighted terms of the top feedback_docs first-pass "
                             "sessions, re-scored with BM25 over user text", group="lexical")
@@ -189,10 +193,10 @@ class RetrievalSettings:
                                 "runs; 'unicode' case-folded letter/digit runs of any script, "
                                 "each CJK character a term (engram_eval.retrieval.analyzer)",
                                 group="lexical", choices=("word", "unicode"))
-    lexical_stemmer: str = _f("none", "stemmer of the BM25 terms: none, or snowball-english "
-                              "(PyStemmer)", group="lexical",
+    lexical_stemmer: str = _f("snowball-english", "stemmer of the BM25 terms: none, or "
+                              "snowball-english (PyStemmer)", group="lexical",
                               choices=("none", "snowball-english"))
-    lexical_stopwords: str = _f("none", "stopwords removed from the BM25 terms: none, or "
+    lexical_stopwords: str = _f("en-v1", "stopwords removed from the BM25 terms: none, or "
                                 "en-v1 (engram_eval/lexicon/stopwords-en-v1.txt; its sha256 "
                                 "is recorded)", group="lexical", choices=("none", "en-v1"))
     lexical_speaker: str = _f("none", "speakers' names in the BM25 text of a haystack WITHOUT "
@@ -212,29 +216,30 @@ class RetrievalSettings:
                               "fixed, independent of the fusion weights, so runs can be "
                               "re-fused offline", group="lexical",
                               choices=("dense", "bm25_user"))
-    # fusion. The defaults of fusion, normalisation, the weights and the temporal step were
-    # chosen by `engram-eval tune` on the TUNING part of the LongMemEval_S dev split only
-    # (results/longmemeval_s_dev_split/tuned.yaml; objective: mean of recall_any@1,
-    # recall_all@5, ndcg_any@5 under `answerable`), then proven once on the held-out part.
+    # fusion. The defaults of the analyser, the signals, fusion, normalisation, the weights
+    # and the temporal step were chosen by `engram-eval tune` on the TUNING parts only (the
+    # LongMemEval_S dev split's for chats, LoCoMo10's tune conversations for people_overrides:
+    # results/lexical/tuned_first_stage.yaml, PROVENANCE.md section 14; objective: mean of
+    # recall_any@1, recall_all@5, ndcg_any@5), then run once on the held-out parts.
     fusion: str = _f("convex", "fusion method: 'rrf' (weighted reciprocal rank) or 'convex' "
                      "(weighted sum of per-question normalised scores)", group="fusion",
                      choices=("rrf", "convex"))
-    normalisation: str = _f("minmax", "per-question score normalisation of convex fusion",
+    normalisation: str = _f("zscore", "per-question score normalisation of convex fusion",
                             group="fusion", choices=("minmax", "zscore"))
     rrf_k: float = _f(60.0, "reciprocal-rank-fusion constant k (score = sum w / (k + rank))",
                       group="fusion", lo=0.0, hi=1000.0)
     weight_dense: float = _f(1.0, "fusion weight of the dense signal", group="fusion",
                              lo=0.0, hi=10.0)
-    weight_bm25_user: float = _f(0.3, "fusion weight of the user BM25 signal", group="fusion",
+    weight_bm25_user: float = _f(1.0, "fusion weight of the user BM25 signal", group="fusion",
                                  lo=0.0, hi=10.0)
     weight_bm25_assistant: float = _f(0.1, "fusion weight of the assistant BM25 signal",
                                       group="fusion", lo=0.0, hi=10.0)
-    weight_bm25_turn: float = _f(0.3, "fusion weight of the turn BM25 signal (computed and "
+    weight_bm25_turn: float = _f(0.15, "fusion weight of the turn BM25 signal (computed and "
                                  "traced when use_bm25_turn, even at weight 0)",
                                  group="fusion", lo=0.0, hi=10.0)
-    weight_bm25_prf: float = _f(0.0, "fusion weight of the feedback BM25 signal",
+    weight_bm25_prf: float = _f(0.3, "fusion weight of the feedback BM25 signal",
                                 group="fusion", lo=0.0, hi=10.0)
-    weight_dense_rocchio: float = _f(0.0, "fusion weight of the Rocchio dense signal",
+    weight_dense_rocchio: float = _f(0.25, "fusion weight of the Rocchio dense signal",
                                      group="fusion", lo=0.0, hi=10.0)
     people_overrides: dict = _f(dict(PEOPLE_DEFAULTS), "fusion and temporal settings that replace the ones above "
                                 "for a haystack WITHOUT chat roles (people talking to each "
@@ -264,10 +269,10 @@ class RetrievalSettings:
                                  "(reranker_backend onnx only: dynamic quantisation, scheme "
                                  "chosen for the CPU)", group="rerank",
                                  choices=("fp32", "int8"))
-    reranker_model: str = _f("engram-ce-minilm-v1", "cross-encoder: a model shipped with the "
+    reranker_model: str = _f("engram-ce-minilm-v2", "cross-encoder: a model shipped with the "
                              "package (engram-ce-minilm-v1), an HF id in the local cache or a "
                              "local path", group="rerank")
-    rerank_candidates: int = _f(35, "how many fused candidates are reranked", group="rerank",
+    rerank_candidates: int = _f(20, "how many fused candidates are reranked", group="rerank",
                                 lo=1, hi=10000)
     rerank_max_length: int = _f(128, "cross-encoder max input tokens", group="rerank",
                                 lo=16, hi=8192)
