@@ -6,6 +6,9 @@
 #   recreate_split MANIFEST SRC DIR   re-create a published split of SRC in DIR (same salt and
 #                                     held-out share); every part's sha256 must equal MANIFEST's
 #   part_of DIR tune|heldout          the path of that part in DIR
+#   run_to DATA OUTFILE [options]     one `engram-eval run` of DATA into OUTFILE (with COMMON),
+#                                     verified with --rerun 3, then compressed; skipped when
+#                                     OUTFILE.gz exists
 #   merged_candidates RR_DIR TUNE OUT the no-rerank fold runs of section 6 (RR_DIR/fold{0,1}_none)
 #                                     merged into OUT: the first stage its rerankers trained from
 # and the settings every published reranker run shares, defined once here:
@@ -34,6 +37,15 @@ recreate_split() {
 
 part_of() {
   ls "$1"/*."$2".json* | grep -v '\.split\.json$'
+}
+
+run_to() {
+  local data="$1" f="$2"
+  shift 2
+  [ -e "$f.gz" ] && return 0
+  "$E" run "$data" --output "$f" "${COMMON[@]}" "$@" | tail -n 1
+  "$E" verify "$f" --dataset "$data" --rerun 3 --rerun-seed 0 > /dev/null
+  "$E" compress "$f" > /dev/null
 }
 
 merged_candidates() {

@@ -66,16 +66,6 @@ LME_HELD=$(part_of "$SCRATCH/lme" heldout)
 LOC_TUNE=$(part_of "$SCRATCH/loc" tune)
 LOC_HELD=$(part_of "$SCRATCH/loc" heldout)
 
-# run DATA OUTFILE [options]: one verified, compressed run (skipped when it exists)
-run() {
-  local data="$1" f="$2"
-  shift 2
-  [ -e "$f.gz" ] && return 0
-  "$E" run "$data" --output "$f" "${COMMON[@]}" "$@" | tail -n 1
-  "$E" verify "$f" --dataset "$data" --rerun 3 --rerun-seed 0 > /dev/null
-  "$E" compress "$f" > /dev/null
-}
-
 tune_one() {  # RUN PROTOCOL GRID OUT [cluster args]
   local r="$1" p="$2" g="$3" o="$4"
   shift 4
@@ -87,11 +77,11 @@ first() {
   echo "== 2. tuning runs (scratch: rows hashes are in the tune reports)"
   for v in "${LME_VARIANTS[@]}"; do
     # shellcheck disable=SC2086
-    run "$LME_TUNE" "$SCRATCH/tune_lme_$v.jsonl" "${ALL_SIGNALS[@]}" ${LEX[$v]}
+    run_to "$LME_TUNE" "$SCRATCH/tune_lme_$v.jsonl" "${ALL_SIGNALS[@]}" ${LEX[$v]}
   done
   for v in "${LOC_VARIANTS[@]}"; do
     # shellcheck disable=SC2086
-    run "$LOC_TUNE" "$SCRATCH/tune_loc_$v.jsonl" "${ALL_SIGNALS[@]}" ${LEX[${v%_*}]} ${SPK[${v#*_}]}
+    run_to "$LOC_TUNE" "$SCRATCH/tune_loc_$v.jsonl" "${ALL_SIGNALS[@]}" ${LEX[${v%_*}]} ${SPK[${v#*_}]}
   done
   echo "== 3. tune each variant on its own part"
   for v in "${LME_VARIANTS[@]}"; do
@@ -156,7 +146,7 @@ rerank() {
   local args=(--candidate none) i a d f
   for i in 0 1; do
     f="$OUT/fold${i}_none.jsonl"
-    run "$LME_TUNE" "$f" --config "$OUT/tuned_first_stage.yaml" --shard "$i/2" \
+    run_to "$LME_TUNE" "$f" --config "$OUT/tuned_first_stage.yaml" --shard "$i/2" \
       --trace-sessions 5 --no-rerank
     args+=("$f.gz")
   done
@@ -165,7 +155,7 @@ rerank() {
       args+=(--candidate "d${d}_a$a")
       for i in 0 1; do
         f="$OUT/fold${i}_d${d}_a$a.jsonl"
-        run "$LME_TUNE" "$f" --config "$OUT/tuned_first_stage.yaml" --shard "$i/2" \
+        run_to "$LME_TUNE" "$f" --config "$OUT/tuned_first_stage.yaml" --shard "$i/2" \
           --trace-sessions 5 --rerank --reranker-model "$SCRATCH/ce_fold$i" \
           --reranker-backend onnx --reranker-precision int8 --rerank-unit turn \
           --rerank-max-length 128 --rerank-candidates "$d" --fusion-alpha "$a"
@@ -212,7 +202,7 @@ PY
   echo "== one run each"
   for n in "${names[@]}"; do
     # shellcheck disable=SC2086
-    run "${DATA[$n]}" "$OUT/heldout_$n.jsonl" --frozen-source "$OUT/heldout_$n.frozen.json" \
+    run_to "${DATA[$n]}" "$OUT/heldout_$n.jsonl" --frozen-source "$OUT/heldout_$n.frozen.json" \
       --config "$OUT/heldout_config.yaml" ${CFG[$n]}
   done
   echo "== paired comparisons"

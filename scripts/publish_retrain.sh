@@ -51,16 +51,6 @@ recreate_split results/longmemeval_s_dev_split/split_manifest.json "$LME" "$SCRA
 LME_TUNE=$(part_of "$SCRATCH/lme" tune)
 LME_HELD=$(part_of "$SCRATCH/lme" heldout)
 
-# run DATA OUTFILE [options]: one verified, compressed run (skipped when it exists)
-run() {
-  local data="$1" f="$2"
-  shift 2
-  [ -e "$f.gz" ] && return 0
-  "$E" run "$data" --output "$f" "${COMMON[@]}" "$@" | tail -n 1
-  "$E" verify "$f" --dataset "$data" --rerun 3 --rerun-seed 0 > /dev/null
-  "$E" compress "$f" > /dev/null
-}
-
 # fold_model FAMILY I: the cross-encoder that scores half I
 fold_model() {
   if [ "$1" = v2 ]; then echo "$SCRATCH/ce_fold$2"; else echo "$SCRATCH/ce_new_fold$2"; fi
@@ -91,7 +81,7 @@ folds() {
       args+=(--candidate "${fam}_a$a")
       for i in 0 1; do
         f="$OUT/fold${i}_${fam}_a$a.jsonl"
-        run "$LME_TUNE" "$f" --config "$LEX/tuned_first_stage.yaml" --shard "$i/2" \
+        run_to "$LME_TUNE" "$f" --config "$LEX/tuned_first_stage.yaml" --shard "$i/2" \
           --trace-sessions 5 --rerank --reranker-model "$(fold_model "$fam" "$i")" \
           --reranker-backend onnx --reranker-precision int8 --rerank-unit turn \
           --rerank-max-length 128 --rerank-candidates "$DEPTH" --fusion-alpha "$a"
