@@ -60,7 +60,7 @@ PACKAGES = ("engram-eval", "torch", "sentence-transformers", "faiss-cpu", "FlagE
 
 # Allow-lists: every key a run's sidecar may hold, by section. ``verify`` and ``--resume``
 # refuse any other key (:mod:`engram_eval.runs.known_fields`); the writers are
-# :func:`build_metadata` and the few places named below, and tests/test_verify.py checks that
+# :func:`build_metadata` and the few places named below, and tests/runs/test_verify.py checks that
 # everything they write is listed here.
 #: Top level: what :func:`build_metadata` writes, plus ``frozen_source`` (the runner, for a
 #: run under a frozen manifest).

@@ -18,7 +18,7 @@ changes how a published run is checked.
   name in a results directory (:func:`file_generator`, :data:`FILE_GENERATORS`,
   :data:`SUFFIX_GENERATORS`; ``scripts/derived_sidecars.py``).
 
-``tests/test_source_closure.py`` computes, from the source text, the import closure (top-level
+``tests/provenance/test_source_closure.py`` computes, from the source text, the import closure (top-level
 and lazy imports inside functions) of what each kind of run executes and fails, naming the
 module, when one is neither hashed here nor excused in :data:`NOT_HASHED`. Non-Python files
 the code reads and that can change a result (schemas, the calibration) are listed too.
@@ -131,7 +131,7 @@ PRODUCTION_CORE_SOURCES: tuple[str, ...] = (
 
 #: The answer step (``engram-eval export-context | answer | judge``, :mod:`engram_eval.qa`):
 #: the files hashed into each step's sidecar (each step's whole import closure, checked by
-#: tests/test_source_closure.py).
+#: tests/provenance/test_source_closure.py).
 _QA_CORE = (
     *_BASE, *_DATA, "engram_eval/data/datasets.py",
     "engram_eval/provenance/__init__.py", "engram_eval/provenance/sources.py",

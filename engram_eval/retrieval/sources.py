@@ -7,7 +7,7 @@ so the lists are plain constants here: repository-relative paths, as recorded in
 
 Each list must cover every ``engram_eval.retrieval`` module its retriever imports, top-level
 or lazily inside a function (e.g. :mod:`.cache`, which decodes every cached vector a run
-uses): ``tests/test_source_closure.py`` computes the import closures and fails, naming the
+uses): ``tests/provenance/test_source_closure.py`` computes the import closures and fails, naming the
 module, when one is missing.
 """
 

@@ -16,7 +16,7 @@
   their averages while our ``official`` keeps it (recall_all 1, recall_any 0), so compare
   such protocols per question, not by their means.
 
-Metric correspondence (checked on a fixture against ir_measures in tests/test_trec.py):
+Metric correspondence (checked on a fixture against ir_measures in tests/runs/test_trec.py):
 ``recall_any@k`` = ``hit@k`` = ``Success@k``; ``recall_all@k`` = 1 exactly when ``R@k`` = 1;
 ``mrr`` = ``RR``. ``ndcg_any@k`` is the official LongMemEval variant, DCG = rel_1 +
 sum_{i>=2} rel_i / log2(i) (ranks 1 and 2 weigh the same), while TREC ``nDCG@k`` uses
