@@ -269,12 +269,30 @@ def add_subcommands(sub: Any) -> None:
     w.set_defaults(production_handler=_evaluation("sweep"))
 
     f = sub.add_parser("calibrate-sessions", formatter_class=raw,
-                       help="fit calibration v3 on real sessions of tuning parts",
+                       help="fit calibration v3 on real sessions of tuning parts, or v4 "
+                            "per memory shape",
                        description="Fit calibration v3 (per-question context features, "
                        "out-of-fold isotonic or Platt mapping, a cut-off chosen for a target "
                        "precision) on tuning parts only (a held-out part is refused); write "
-                       "the calibration, the recorded settings that use it and a report.")
-    f.add_argument("--part", action="append", required=True, metavar="LABEL=PATH")
+                       "the calibration, the recorded settings that use it and a report.\n\n"
+                       "With --per-shape: calibration v4, one such model per memory shape "
+                       "(chat, people, short), each fitted on the parts whose data has that "
+                       "shape (read from the data: LongMemEval sessions are chat, LoCoMo "
+                       "conversations people, a production fixture of isolated memories "
+                       "short); production fixtures are given with --fixture (a held-out "
+                       "fixture is refused). Its recorded settings keep min_confidence.")
+    f.add_argument("--part", action="append", metavar="LABEL=PATH",
+                   help="a tuning part of a dataset (LongMemEval or LoCoMo)")
+    f.add_argument("--fixture", action="append", metavar="LABEL=PATH",
+                   help="with --per-shape: a training production fixture (train_short.json)")
+    f.add_argument("--per-shape", action="store_true",
+                   help="calibration v4: one model per memory shape read from the data")
+    f.add_argument("--feature-set", default="v3",
+                   help="with --per-shape: the named feature set "
+                        "(engram_eval.production.features.FEATURE_SETS; default v3)")
+    f.add_argument("--shape-target", action="append", default=[], metavar="SHAPE=X",
+                   help="with --per-shape: that shape's target precision (others: "
+                        "--target-precision)")
     f.add_argument("--output", required=True, help="calibration JSON (the package file)")
     f.add_argument("--settings-output", help="also write the recorded settings that use it")
     f.add_argument("--report", help="report JSON (must not exist); .png beside it")
