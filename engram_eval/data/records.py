@@ -76,6 +76,16 @@ class Question:
     def session_ids(self) -> tuple[str, ...]:
         return tuple(s.session_id for s in self.sessions)
 
+    @property
+    def gold_absent(self) -> tuple[str, ...]:
+        """The ``answer_session_ids`` that are not sessions of this question's haystack: no
+        retriever can rank them, so they count as missed wherever the gold is
+        ``answer_session_ids``."""
+        if not self.answer_session_ids:
+            return ()
+        haystack = set(self.session_ids)
+        return tuple(a for a in self.answer_session_ids if a not in haystack)
+
     def get_extra(self, key: str, default: object = None) -> object:
         for k, v in self.extra:
             if k == key:

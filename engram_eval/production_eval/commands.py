@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engram_eval.io import already_exists
 from engram_eval.production.search import Engine
 
 #: The cut-offs of the abstention sweep.
@@ -106,7 +107,7 @@ def sweep(args: argparse.Namespace, engine: Engine) -> int:
     png = out.with_suffix(".png")
     for f in (out, png):
         if f.exists():
-            raise EngramEvalError(f"{f} already exists; refusing to overwrite")
+            raise EngramEvalError(already_exists(f))
     # the one held-out guard: a sweep chooses a cut-off, so it never reads held-out data
     refuse_heldout(args.dataset, "the abstention sweep chooses settings, on tuning data only")
     fmt = resolve_format(args.dataset, "auto")
@@ -224,7 +225,7 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
     outs = [Path(args.report), Path(args.report).with_suffix(".png")] if args.report else []
     for f in outs:
         if f.exists():
-            raise ConfigError(f"{f} already exists; refusing to overwrite")
+            raise ConfigError(already_exists(f))
     per_shape = bool(getattr(args, "per_shape", False))
     fixtures = list(getattr(args, "fixture", None) or [])
     feature_set = getattr(args, "feature_set", None) or "v3"
@@ -411,7 +412,7 @@ def measure(args: argparse.Namespace, engine: Engine) -> int:
     png = Path(str(out).removesuffix(".json") + ".png")
     for f in (out, png):
         if f.exists():
-            raise ProvenanceError(f"{f} already exists; refusing to overwrite")
+            raise ProvenanceError(already_exists(f))
     # the one guard: a subset or mixture of a held-out part is refused outright
     finding = gate_heldout(args.dataset)
     match = None if finding is None else finding.match

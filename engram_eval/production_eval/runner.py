@@ -38,6 +38,7 @@ from typing import Any
 
 from engram_eval.errors import ProvenanceError, StorageError
 from engram_eval.io import (
+    already_exists,
     blocking_file,
     check_name_lengths,
     exclusive_write,
@@ -202,13 +203,13 @@ def run_fixture(fixture: str | Path, output: str | Path, work_dir: str | Path, e
     refuse_links(*_outputs(out))  # a link (dangling or not) where an output goes
     for p in _outputs(out):
         if p.exists():
-            raise ProvenanceError(f"{p} already exists; refusing to overwrite (choose a new "
-                                  "output name)")
+            raise ProvenanceError(already_exists(p, "refusing to overwrite (choose a new "
+                                                 "output name)"))
     stores = {case.case_id: store_path(work_dir, view.name, case.case_id)
               for case in view.cases}
     for sp in stores.values():
         if sp.exists():
-            raise ProvenanceError(f"{sp} already exists; use a fresh --work-dir")
+            raise ProvenanceError(already_exists(sp, "use a fresh --work-dir"))
     manifest = current_manifest(fixture, engine, source_root)
     frozen_doc = None
     lpath = ledger or F.default_ledger(source_root)

@@ -39,9 +39,11 @@ from typing import Any
 from engram_eval.data._jsonio import load_schema, read_json_document
 from engram_eval.errors import ProvenanceError, StorageError
 from engram_eval.io import (
+    already_exists,
     canonical_json,
     check_name_lengths,
     exclusive_write,
+    input_problem,
     make_parent,
     package_root,
     refuse_links,
@@ -223,6 +225,10 @@ def validate_sidecar(meta: Any, path: str | Path) -> None:
 def read_sidecar(output: str | Path) -> dict[str, Any]:
     path = sidecar_path(output)
     if not path.exists():
+        why = input_problem(output)  # the result itself first: a directory, a FIFO, absent
+        if why:
+            raise ProvenanceError(f"{output}: {why} (a result file is expected there, its "
+                                  f"sidecar {path.name} beside it)")
         raise ProvenanceError(f"{path}: metadata sidecar is missing; the result file "
                               f"{output} cannot be resumed or verified without it")
     try:
@@ -291,13 +297,13 @@ def claim_output(output: str | Path, meta: Mapping[str, Any]) -> None:
     refuse_links(out, side, summ)
     for p in (side, summ):
         if p.exists():
-            raise ProvenanceError(f"{p} already exists; refusing to overwrite ({hint})")
+            raise ProvenanceError(already_exists(p, f"refusing to overwrite ({hint})"))
     with storage_errors(out, "create", cls=StorageError):
         make_parent(out)
         try:
             fd = os.open(out, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            raise ProvenanceError(f"{out} already exists; refusing to overwrite ({hint})"
+            raise ProvenanceError(already_exists(out, f"refusing to overwrite ({hint})")
                                   ) from None
         os.close(fd)
     try:
@@ -305,7 +311,7 @@ def claim_output(output: str | Path, meta: Mapping[str, Any]) -> None:
             exclusive_write(side, json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
     except FileExistsError:
         remove_contained(out, out.parent, recursive=False)  # ours: created empty just now
-        raise ProvenanceError(f"{side} already exists; refusing to overwrite ({hint})") from None
+        raise ProvenanceError(already_exists(side, f"refusing to overwrite ({hint})")) from None
     except BaseException:
         remove_contained(out, out.parent, recursive=False)
         raise

@@ -41,6 +41,7 @@ _DATA = (
     "engram_eval/data/__init__.py",
     "engram_eval/data/_jsonio.py",
     "engram_eval/data/records.py",
+    "engram_eval/data/dates.py",
     "engram_eval/data/locomo.py",
     "engram_eval/data/longmemeval.py",
     "engram_eval/data/translations.py",

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engram_eval.data import _jsonio
 from engram_eval.data._jsonio import (
     MAX_LINES_BYTES,
     is_gzip,
@@ -99,6 +100,10 @@ def scan_rows(path: str | Path, *, allowed_ids: Iterable[str] | None = None,
     lines = data.split(b"\n")
     tail = lines.pop()  # bytes after the last newline ("" when the file ends cleanly)
     torn = len(tail)  # a complete row whose newline was lost is torn too (rewritten)
+    if torn > _jsonio.MAX_LINE_BYTES:  # longer than any row: not one cut short by an interruption
+        raise InputError(path, f"line {len(lines) + 1}", "(root)", f"a last line of more "
+                         f"than {_jsonio.MAX_LINE_BYTES} bytes with no newline: no row is that long, "
+                         "so it is not a row cut short by an interruption; refusing")
     for n, raw in enumerate(lines, start=1):
         try:
             obj = parse_json_line(path, n, raw)

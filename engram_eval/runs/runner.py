@@ -44,6 +44,7 @@ from engram_eval.data.translations import (
 )
 from engram_eval.errors import ConfigError, DataError, ProvenanceError, StorageError
 from engram_eval.io import (
+    already_exists,
     atomic_write,
     dump_json,
     input_problem,
@@ -82,6 +83,7 @@ from engram_eval.scoring.summary import (
     TABLE_METRICS,
     build_summary,
     format_summary,
+    gold_absent_message,
     summarize_rows,
 )
 
@@ -155,15 +157,12 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
 
     keys: dict[str, str] = {}  # question id -> question key, for the held-out guard
 
-    absent_gold: dict[str, list[str]] = {}  # question id -> answer ids not in its haystack
+    absent_gold: dict[str, tuple[str, ...]] = {}  # question id -> answer ids not in haystack
 
     def _observe(q: Any) -> None:
         keys[q.question_id] = key_of(q)
-        if q.answer_session_ids:
-            haystack = {s.session_id for s in q.sessions}
-            gone = [a for a in q.answer_session_ids if a not in haystack]
-            if gone:
-                absent_gold[q.question_id] = gone
+        if q.gold_absent:
+            absent_gold[q.question_id] = q.gold_absent
         counts = unparsable_dates(q)
         if any(counts):
             bad_dates[q.question_id] = counts
@@ -178,12 +177,9 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
     if not ids:
         _log.warning("%s: --shard %s selects none of the %d questions; its result will have "
                      "0 rows (it only completes a merge)", dataset, config.shard, len(all_ids))
-    absent = [i for i in ids if i in absent_gold]
+    absent = {i: absent_gold[i] for i in ids if i in absent_gold}
     if absent:  # never retrievable: scored as missed, which the user should know
-        _log.warning("%s: %d selected question(s) name answer session ids that are not in "
-                     "their haystack (e.g. %s: %s); no retriever can rank them, so they count "
-                     "as missed in every protocol whose gold is answer_session_ids",
-                     dataset, len(absent), absent[0], ", ".join(absent_gold[absent[0]][:3]))
+        _log.warning("%s", gold_absent_message(dataset, absent))
     dates = unparsable_date_counts(bad_dates[i] for i in ids if i in bad_dates)
     if any(dates.values()):
         _log.warning("%s: %d question date(s) and %d session date(s) are not empty but "
@@ -200,8 +196,9 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
     from engram_eval.provenance.frozen import benchmark_gate
 
     if not (resume or validate_only) and output.exists():
-        raise ProvenanceError(f"{output} already exists; refusing to overwrite (use --resume "
-                              "to continue that run, or choose a new output name)")
+        raise ProvenanceError(already_exists(output, "refusing to overwrite (use --resume to "
+                                             "continue that run, or choose a new output "
+                                             "name)"))
     gate = benchmark_gate(meta, dataset, frozen_source=frozen_source,
                           freeze_to=freeze_source if validate_only else None,
                           record=not (resume or validate_only), output=str(output),
@@ -248,7 +245,7 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
     try:
         return _loop(config, retriever, source, ids, done, protocols, meta, fingerprint, output,
                      resume, repaired, started_wall=t_start, command=command, dates=dates,
-                     texts=texts)
+                     texts=texts, absent=len(absent))
     finally:
         lock.close()
 
@@ -280,7 +277,7 @@ def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[s
           done: set[str], protocols: list[str], meta: dict[str, Any], fingerprint: str,
           output: Path, resume: bool, repaired: bool, *, started_wall: float,
           command: Sequence[str] | None, dates: dict[str, int] | None = None,
-          texts: Mapping[str, str] | None = None) -> RunOutcome:
+          texts: Mapping[str, str] | None = None, absent: int | None = None) -> RunOutcome:
     # One question at a time (a streamed second pass for LongMemEval), in selection order.
     todo = replace_texts(source.iter_questions([i for i in ids if i not in done]), texts or {})
     started = datetime.now(UTC).isoformat(timespec="seconds")
@@ -323,12 +320,14 @@ def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[s
     assert scan is not None
     if len(scan.rows) != len(ids) or scan.torn_bytes:
         raise ProvenanceError(f"{output}: expected {len(ids)} rows, found {len(scan.rows)}")
-    # unparsable_dates: from the dataset, not the rows (verify --dataset re-counts)
+    # unparsable_dates, gold_absent_from_haystack: from the dataset, not the rows (verify
+    # --dataset re-counts them)
     summary = build_summary(order_rows(scan.rows, ids), protocols, fingerprint=fingerprint,
                             dataset=meta["dataset"]["name"],
                             dataset_sha256=meta["dataset"]["sha256"],
                             retriever=config.retriever, rows_sha256=scan.sha256,
-                            unparsable_dates=dates, frozen_source=meta.get("frozen_source"))
+                            unparsable_dates=dates, gold_absent_from_haystack=absent,
+                            frozen_source=meta.get("frozen_source"))
     with storage_errors(summary_path(output), "write", RESUME_HINT, cls=StorageError):
         atomic_write(summary_path(output), dump_json(summary))
     return RunOutcome(output, fingerprint, n_written, len(ids), summary, repaired)

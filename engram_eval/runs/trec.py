@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError, DataError
+from engram_eval.io import already_exists
 from engram_eval.runs.reader import FinishedRun, read_run
 
 
@@ -116,7 +117,7 @@ def export_run(run: FinishedRun | str | Path, *, run_out: str | Path | None,
         raise ConfigError("trec: give --trec-run PATH and/or --trec-qrels PATH")
     for p in (run_out, qrels_out):
         if p and Path(p).exists():
-            raise FileExistsError(f"{p} already exists; refusing to overwrite")
+            raise FileExistsError(already_exists(p))
     if not isinstance(run, FinishedRun):
         run = read_run(run)
     protocol = protocol or run.default_protocol

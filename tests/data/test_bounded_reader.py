@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import special_files
 
 from engram_eval.analysis import tune as T
 from engram_eval.data import _jsonio
@@ -184,6 +185,21 @@ def test_an_oversized_line_names_its_line(unchanged: Path,
                "more than 100 bytes")
 
 
+def test_a_last_line_longer_than_any_row_is_not_a_torn_row(
+        unchanged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A result or hypotheses file ending in more bytes without a newline than any row
+    holds (a gzip bomb of one line, say) is refused as such, not offered a repair
+    (``--resume``) as a row cut short by an interruption; a short torn tail still is one."""
+    monkeypatch.setattr(_jsonio, "MAX_LINE_BYTES", 100)
+    p = unchanged / "rows.jsonl.gz"
+    p.write_bytes(gzip.compress(b'{"question_id": "a"}\n' + b" " * 500))
+    err = _one_error(lambda: scan_rows(p, required=("question_id",)), p, "line 2",
+                     "no row is that long", kind=ProvenanceError)
+    assert isinstance(err, InputError)
+    p.write_bytes(gzip.compress(b'{"question_id": "a"}\n{"question_id": "b", "tr'))
+    assert scan_rows(p, required=("question_id",)).torn_bytes == len(b'{"question_id": "b", "tr')
+
+
 def test_a_string_over_the_limit_in_a_line_names_line_and_field(
         unchanged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_jsonio, "MAX_STRING_CHARS", 50)
@@ -218,6 +234,148 @@ def test_a_bom_inside_json_lines_is_an_error_naming_the_line(unchanged: Path) ->
     _one_error(lambda: read_rankings(p), p, "line 2", "not valid JSON")
 
 
+# --------------------------------------------------------------------------- lone surrogates
+#: ``\uXXXX`` escapes written into a dataset's turn text (raw JSON), and the escape the one
+#: error names (None: the text is valid and reads the same in both loaders).
+SURROGATES: dict[str, tuple[bytes, str | None]] = {
+    "lone-high": (rb"before \ud800 after", r"\ud800"),
+    "lone-low": (rb"before \udc00 after", r"\udc00"),
+    "high-then-not-low": (rb"\ud83d\u0041", r"\ud83d"),  # ijson's C backend read it as U+1F441
+    "low-then-high": (rb"\ude00\ud83d", r"\ude00"),
+    "pair-then-lone-low": (rb"\ud83d\ude00\ude00", r"\ude00"),
+    "after-an-escaped-backslash": (rb"\\\ud800", r"\ud800"),  # \\ then \ud800
+    "at-the-end": (rb"text\uDBFF", r"\uDBFF"),
+    "pair": (rb"party \ud83c\udf89 time", None),
+    "upper-case-pair": (rb"\uD83D\uDE00", None),
+    "escaped-backslash-then-text": (rb"\\ud800", None),  # a backslash, then 'ud800'
+}
+TURN = ("lme_t03", 2, "haystack_sessions[1][0].content")  # question id, index, field
+PLACE = "@@TEXT@@"
+
+
+def _lme_with(text: bytes, *, at: int | None = None) -> bytes:
+    """The tiny LongMemEval file with ``text`` (raw JSON string content) as the first turn
+    of the second session of its third question; ``at``: padding in the first question
+    moves that text to start at byte ``at`` of the file."""
+    records = json.loads(TINY_LME.read_text(encoding="utf-8"))
+    records[TURN[1]]["haystack_sessions"][1][0]["content"] = PLACE
+    records[0]["haystack_sessions"][0][0]["content"] += "@@PAD@@"
+    raw = json.dumps(records).encode()
+    pad = 0 if at is None else at - raw.index(PLACE.encode()) + len(b"@@PAD@@")
+    assert pad >= 0
+    out = raw.replace(b"@@PAD@@", b" " * pad).replace(PLACE.encode(), text)
+    assert at is None or out.index(text) == at
+    return out
+
+
+def _outcome(call: Callable[[], Any]) -> Any:
+    """What a loader gives: the error's text, or what it read."""
+    try:
+        return call()
+    except InputError as e:
+        return ("error", str(e))
+
+
+def _both_loaders(p: Path) -> tuple[Any, Any]:
+    whole = _outcome(lambda: load_longmemeval(p).questions)
+    stream = _outcome(lambda: tuple(iter_longmemeval(p)))
+    return whole, stream
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+@pytest.mark.parametrize("case", sorted(SURROGATES))
+def test_a_lone_surrogate_escape_is_the_same_error_in_both_loaders(
+        unchanged: Path, case: str, gz: bool) -> None:
+    text, escape = SURROGATES[case]
+    raw = _lme_with(text)
+    p = unchanged / ("ds.json.gz" if gz else "ds.json")
+    p.write_bytes(gzip.compress(raw) if gz else raw)
+    whole, stream = _both_loaders(p)
+    assert whole == stream  # the json module and ijson, one answer
+    if escape is None:
+        expected = json.loads(b'"' + text + b'"')
+        assert [q.question_id for q in whole] == [q.question_id for q in
+                                                  load_longmemeval(TINY_LME).questions]
+        assert whole[TURN[1]].sessions[1].turns[0].content == expected
+        return
+    message = whole[1]
+    qid, index, field = TURN
+    assert message.startswith(f"{p}: record question_id={qid} (index {index}): "
+                              f"field '{field}': a lone surrogate escape {escape} at byte "), \
+        message
+    assert "not a character" in message and len(message) < 400
+    assert _outcome(lambda: _jsonio.read_json(p, "question_id")) == whole
+    assert _outcome(lambda: list(_jsonio.iter_list_items(p, "question_id"))) == whole
+
+
+@pytest.mark.parametrize("edge", [1 << 16, 2 << 16, 1 << 20])
+@pytest.mark.parametrize("case", ["pair", "lone-high", "after-an-escaped-backslash",
+                                  "escaped-backslash-then-text"])
+def test_a_surrogate_escape_across_a_read_block_edge_reads_alike(
+        unchanged: Path, case: str, edge: int) -> None:
+    """The stream is judged block by block (ijson reads 64 KiB at a time, the capped
+    reader 1 MiB): a pair, a lone escape or a run of backslashes cut by an edge, at every
+    offset from 13 bytes before it to 2 after, reads the same as the whole file."""
+    text, escape = SURROGATES[case]
+    p = unchanged / "ds.json"
+    for shift in range(-13, 3):
+        raw = _lme_with(text, at=edge + shift)
+        p.write_bytes(raw)
+        whole, stream = _both_loaders(p)
+        assert whole == stream, (shift, whole, stream)
+        assert (escape is None) == (not isinstance(whole, tuple) or whole[0] != "error")
+
+
+def test_a_surrogate_encoded_in_utf8_bytes_is_the_same_error_in_both_loaders(
+        unchanged: Path) -> None:
+    """The bytes of U+D800 written as UTF-8 (which the json module would read), and bytes
+    that are no UTF-8 at all: one error, the same in both loaders, naming the field."""
+    qid, index, field = TURN
+    for name, text, reason in (("encoded", b"a \xed\xa0\x80 b", "invalid continuation byte"),
+                               ("ff", b"a \xff b", "invalid start byte"),
+                               ("cut", b"a \xe2\x82", "invalid continuation byte")):
+        p = unchanged / f"{name}.json"
+        p.write_bytes(_lme_with(text))
+        whole, stream = _both_loaders(p)
+        assert whole == stream, name
+        assert whole[1].startswith(f"{p}: record question_id={qid} (index {index}): field "
+                                   f"'{field}': not valid UTF-8 at byte "), whole
+        assert reason in whole[1]
+
+
+def test_the_stream_check_holds_a_few_bytes_whatever_the_text(unchanged: Path) -> None:
+    """Bounded memory: 8 MiB of backslashes and surrogate pairs, fed in 64 KiB blocks, keep
+    at most two escapes' worth of bytes held between blocks and come out whole."""
+    watch = _jsonio._SurrogateWatch()
+    data = (b"\\" * (4 << 20)) + (rb"\ud83d\ude00" * 350_000)
+    out = []
+    for i in range(0, len(data), 1 << 16):
+        out.append(watch.feed(data[i:i + (1 << 16)]))
+        assert len(watch.held) <= watch.KEEP
+    out.append(watch.feed(b""))
+    assert watch.lone == -1 and b"".join(out) == data
+
+
+def test_a_lone_surrogate_in_json_lines_and_documents_names_line_and_field(
+        unchanged: Path) -> None:
+    p = unchanged / "rankings.jsonl"
+    p.write_bytes(b'{"question_id": "q", "ranked_session_ids": ["s\\ud83d\\ude00"]}\n'
+                  b'{"question_id": "r", "ranked_session_ids": ["t", "\\udfff"]}\n')
+    err = _one_error(lambda: read_rankings(p), p, "line 2", r"lone surrogate escape \udfff",
+                     "of line 2")
+    assert isinstance(err, InputError) and err.field == "ranked_session_ids[1]"
+    doc = unchanged / "doc.json"
+    doc.write_bytes(b'{"settings": {"\\ud800x": 1}}')
+    err = _one_error(lambda: _jsonio.read_json_document(doc), doc, "lone surrogate escape")
+    assert isinstance(err, InputError) and err.record == "key 'settings'"
+    assert err.field == "(a key)"
+    side = unchanged / "run.jsonl"
+    side.write_text("")
+    sidecar_path(side).write_bytes(b'{"dataset": {"name": "\\ud800"}}')
+    _one_error(lambda: read_sidecar(side), sidecar_path(side), "lone surrogate escape",
+               kind=ProvenanceError)
+
+
 # --------------------------------------------------------------------------- special files
 FIFO_READERS = {
     "dataset": "from engram_eval.data.longmemeval import load_longmemeval as f",
@@ -231,8 +389,7 @@ FIFO_READERS = {
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
 @pytest.mark.parametrize("name", sorted(FIFO_READERS))
 def test_a_fifo_is_refused_without_blocking(unchanged: Path, name: str) -> None:
-    fifo = unchanged / f"{name}.json"
-    os.mkfifo(fifo)
+    fifo = special_files.make("fifo", unchanged / f"{name}.json")
     code = (f"{FIFO_READERS[name]}\nimport sys\n"
             "from engram_eval.errors import EngramEvalError\n"
             "try:\n    f(sys.argv[1])\n"
@@ -278,6 +435,12 @@ def test_a_small_tune_grid_counts_what_it_enumerates() -> None:
 @pytest.mark.parametrize("argv,needle", [
     (["answer", "--temperature", "nan"], "argument --temperature: 'nan' is not a finite"),
     (["compare", "a", "b", "--seed", "-3"], "argument --seed: '-3': a seed must be >= 0"),
+    (["production", "measure", "x.json", "--source-root", ".", "--seed", "-1"],
+     "argument --seed: '-1': a seed must be >= 0"),
+    (["production", "measure", "x.json", "--source-root", ".", "--bins", "0"],
+     "argument --bins: '0': a count must be >= 1"),
+    (["production", "calibrate-sessions", "--part", "a=x", "--output", "c.json", "--folds",
+      "two"], "argument --folds: 'two' is not an integer"),
     (["run", "x.json", "--rrf-k", "inf"], "argument --rrf-k: 'inf' is not a finite"),
     (["run", str(TINY_LME), "--shard", "5/2", "--output", "o.jsonl"], "config field shard"),
 ])

@@ -464,6 +464,67 @@ def test_run_disk_full_mid_run_is_said_once_and_resumes(
     assert summary_path(out).is_file()
 
 
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Any:
+    """A real tmpfs mounted at ``tmp_path / "fs"`` (skipped where mounting is not allowed:
+    not root, no CAP_SYS_ADMIN, not Linux); ``resize(size)`` and ``read_only()`` remount
+    it; it is unmounted afterwards whatever happens."""
+    mount = tmp_path / "fs"
+    mount.mkdir()
+
+    def sh(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(args), capture_output=True, text=True, timeout=30)
+
+    try:
+        done = sh("mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount))
+    except (FileNotFoundError, subprocess.SubprocessError):
+        pytest.skip("no mount command")
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+
+    class Fs:
+        path = mount
+
+        def remount(self, options: str) -> None:
+            done = sh("mount", "-o", f"remount,{options}", str(mount))
+            assert done.returncode == 0, done.stderr
+
+    try:
+        yield Fs()
+    finally:
+        sh("umount", "-l", str(mount))
+
+
+def test_a_real_full_tmpfs_is_said_once_and_the_run_resumes(
+        tmpfs: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The simulated full disk above, on a real 16 KiB tmpfs: the write that fails is said in
+    one line, nothing outside the mount changes, and once the file system has room the run
+    resumes, repairs what the interruption left and verifies."""
+    from engram_eval.runs.verify import verify
+
+    out = tmpfs.path / "run.jsonl"
+    other = tmp_path / "untouched.txt"
+    other.write_text("keep me\n")
+    before = snapshot(tmp_path, skip=(tmpfs.path,))
+    argv = ["run", str(TINY), "--retriever", "flat-bm25", "--no-progress", "--output",
+            str(out)]
+    rc, _, err = cli_run(argv, capsys)
+    assert_one_line_error(rc, err, str(out), "no space left on device")
+    assert snapshot(tmp_path, skip=(tmpfs.path,)) == before
+    tmpfs.remount("size=4m")
+    if not out.exists():  # it filled up before the first row: nothing to resume
+        rc, _, err = cli_run(argv, capsys)
+    else:
+        rc, _, err = cli_run([*argv, "--resume"], capsys)
+    assert rc == 0, err
+    assert verify(out, TINY).verified
+    tmpfs.remount("ro")
+    rc, _, err = cli_run(["run", str(TINY), "--retriever", "flat-bm25", "--no-progress",
+                          "--output", str(tmpfs.path / "again.jsonl")], capsys)
+    assert_one_line_error(rc, err, "again.jsonl", "read-only file system")
+    assert snapshot(tmp_path, skip=(tmpfs.path,)) == before
+
+
 def test_merge_disk_full_leaves_nothing(shards: list[Path], tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str],
                                         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import special_files
 
 from engram_eval.io import SQLITE_SIDE_SUFFIXES
 from engram_eval.retrieval.cache import CACHE_FILE
@@ -24,35 +24,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 60
 
 
-def _fifo(p: Path) -> str:
-    os.mkfifo(p)
-    return "FIFO (named pipe), not a regular file"
-
-
-def _dev_zero(p: Path) -> str:
-    os.symlink("/dev/zero", p)
-    return "is a symbolic link (to '/dev/zero')"
-
-
-def _directory(p: Path) -> str:
-    p.mkdir()
-    return "is a directory, not a regular file"
-
-
-def _dangling(p: Path) -> str:
-    os.symlink(p.parent / "elsewhere.sqlite3", p)
-    return "which does not exist"
-
-
-def _link(p: Path) -> str:
-    (p.parent / "real.sqlite3").write_bytes(b"")
-    os.symlink(p.parent / "real.sqlite3", p)
-    return "is a symbolic link"
-
-
-KINDS: dict[str, Callable[[Path], str]] = {"fifo": _fifo, "dev-zero": _dev_zero,
-                                           "directory": _directory,
-                                           "dangling-link": _dangling, "link": _link}
 OPEN = {
     "cache": "from engram_eval.retrieval.cache import VectorCache\n"
              "VectorCache(d)\n",
@@ -89,13 +60,14 @@ WHERE = [("cache", s) for s in ("", *SQLITE_SIDE_SUFFIXES)] + [
     (w, s) for w in ("store-create", "store-open") for s in ("", "-wal")]
 
 
-@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("kind", special_files.LINK_KINDS)
 @pytest.mark.parametrize(("which", "suffix"), WHERE)
 def test_a_special_sqlite_file_is_one_clear_error(which: str, kind: str, suffix: str,
                                                   tmp_path: Path) -> None:
     name = (CACHE_FILE if which == "cache" else "store.sqlite3") + suffix
     target = tmp_path / name
-    says = KINDS[kind](target)
+    special_files.make(kind, target)
+    says = special_files.LINK_SAYS[kind]
     before = _listing(tmp_path)
     done = _open_in_subprocess(which, tmp_path)
     assert done.returncode == 3, (done.stdout, done.stderr)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import special_files
 
 from engram_eval.runs.config import MAX_YAML_BYTES, MAX_YAML_DEPTH
 
@@ -26,21 +27,8 @@ TIMEOUT = 60
 MEMORY = 1 << 30
 
 
-def _fifo(p: Path) -> Path:
-    os.mkfifo(p)
-    return p
-
-
-def _link(target: str) -> Callable[[Path], Path]:
-    def make(p: Path) -> Path:
-        os.symlink(target, p)
-        return p
-    return make
-
-
-def _dir(p: Path) -> Path:
-    p.mkdir()
-    return p
+def _special(kind: str) -> Callable[[Path], Path]:
+    return lambda p: special_files.make(kind, p)
 
 
 def _text(text: str) -> Callable[[Path], Path]:
@@ -65,10 +53,11 @@ def _alias_bomb() -> str:
 
 #: name -> (how the file is made, what the one error line says)
 CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
-    "fifo": (_fifo, "FIFO (named pipe), not a regular file"),
-    "dev-zero": (_link("/dev/zero"), "character device, not a regular file"),
-    "directory": (_dir, "directory, not a regular file"),
-    "dangling-link": (_link("/nonexistent/engram-eval/cfg.yaml"), "No such file"),
+    "fifo": (_special("fifo"), special_files.SAYS["fifo"]),
+    "dev-zero": (_special("dev-zero"), special_files.SAYS["dev-zero"]),
+    "directory": (_special("directory"), special_files.SAYS["directory"]),
+    "dangling-link": (_special("dangling-link"), special_files.SAYS["dangling-link"]),
+    "link-loop": (_special("link-loop"), special_files.SAYS["link-loop"]),
     "huge": (_bytes(b"# " + b"x" * MAX_YAML_BYTES + b"\n"), f"over {MAX_YAML_BYTES} bytes"),
     "deep-flow": (_text("[" * 100_000 + "]" * 100_000), f"deeper than {MAX_YAML_DEPTH}"),
     "deep-block": (_text("".join(" " * i + f"k{i}:\n" for i in range(MAX_YAML_DEPTH + 5))),

@@ -280,6 +280,29 @@ def test_url_credentials_never_reach_the_recorded_command() -> None:
     assert clean[:4] == argv[:4] and clean[-2:] == argv[-2:]
 
 
+def test_verbose_logs_carry_no_credentials(context: Path, tmp_path: Path) -> None:
+    """``-v`` turns on the HTTP client's own log lines, which print every request's full
+    URL: user info and query (where a password or token may be) and the key are scrubbed
+    from every line the command line lets out; the run still works."""
+    password = "pw-DO-NOT-LEAK-77"
+    out = tmp_path / "hyp.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": KEY}
+    with FakeServer(echo_reply) as server:
+        url = server.base_url.replace("http://", f"http://user:{password}@") + f"?k={KEY}"
+        done = subprocess.run([sys.executable, "-m", "engram_eval.cli.main", "-v", "answer",
+                               str(context), "--model", "m", "--base-url", url, "--output",
+                               str(out), "--limit", "2", "--no-progress"],
+                              env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    logged = done.stdout + done.stderr
+    assert "HTTP Request: POST http://127.0.0.1:" in logged  # the lines are there, scrubbed
+    assert password not in logged and KEY not in logged
+    for p in tmp_path.rglob("*"):
+        if p.is_file():
+            assert password.encode() not in p.read_bytes(), p
+    assert_key_absent(tmp_path)
+
+
 # --------------------------------------------------------------------------- resume re-checks
 def _swap_question_ids(path: Path) -> None:
     ls = [json.loads(x) for x in path.read_text().splitlines()]

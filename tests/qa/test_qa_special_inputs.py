@@ -12,10 +12,10 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import special_files
 from conftest import TINY_LONGMEMEVAL
 from fake_openai import FakeServer
 
@@ -47,28 +47,6 @@ def qa_dir(pristine: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def _fifo(p: Path) -> str:
-    os.mkfifo(p)
-    return "FIFO (named pipe), not a regular file"
-
-
-def _dev_zero(p: Path) -> str:
-    os.symlink("/dev/zero", p)
-    return "character device, not a regular file"
-
-
-def _directory(p: Path) -> str:
-    p.mkdir()
-    return "directory, not a regular file"
-
-
-def _dangling(p: Path) -> str:
-    os.symlink(p.parent / "nowhere", p)
-    return "which does not exist"
-
-
-KINDS: dict[str, Callable[[Path], str]] = {"fifo": _fifo, "dev-zero": _dev_zero,
-                                           "directory": _directory, "dangling": _dangling}
 DS = "ds.json"
 #: case -> (the file made special, the command)
 CASES: dict[str, tuple[str, list[str]]] = {
@@ -81,7 +59,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
 }
 
 
-@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("kind", special_files.KINDS)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_special_qa_input_is_one_error_line(case: str, kind: str, qa_dir: Path,
                                               tmp_path: Path) -> None:
@@ -92,7 +70,8 @@ def test_a_special_qa_input_is_one_error_line(case: str, kind: str, qa_dir: Path
     target = work / name
     if target.exists():
         target.unlink()
-    says = KINDS[kind](target)
+    special_files.make(kind, target)
+    says = special_files.SAYS[kind]
     if case.startswith("judge"):
         args = ["judge", "hyp.jsonl", "--dataset", DS, "--judge-model", "j",
                 "--base-url", CLOSED, "--output", "out.jsonl", *extra]

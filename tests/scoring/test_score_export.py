@@ -47,7 +47,7 @@ def test_score_reproduces_the_run_summary_exactly(run_out: Path, public: Path) -
     stored = json.loads(summary_path(run_out).read_text(encoding="utf-8"))
     assert summary["protocols"] == stored["protocols"]  # exact, floats included
     assert counts == {"questions": 12, "rankings": 12, "missing": 0,
-                      "session_ids_not_in_corpus": 0}
+                      "session_ids_not_in_corpus": 0, "gold_absent_from_haystack": 0}
     one, _ = score_rankings(public, FIXTURE, ["official"])
     assert one["protocols"] == {"official": stored["protocols"]["official"]}
 
