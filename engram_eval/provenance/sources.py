@@ -16,7 +16,7 @@ changes how a published run is checked.
 * A derived file (a report, table or plot made from runs): its generator files, per
   ``engram-eval`` subcommand (:func:`derived_sources`, :data:`COMMAND_GENERATORS`) or per file
   name in a results directory (:func:`file_generator`, :data:`FILE_GENERATORS`,
-  :data:`SUFFIX_GENERATORS`; ``scripts/derived_sidecars.py``).
+  :data:`SUFFIX_GENERATORS`; :mod:`engram_eval.analysis.derived_sidecars`).
 
 ``tests/provenance/test_source_closure.py`` computes, from the source text, the import closure (top-level
 and lazy imports inside functions) of what each kind of run executes and fails, naming the
@@ -222,10 +222,13 @@ COMMAND_GENERATORS: dict[str, tuple[str, ...]] = {
                "engram_eval/scoring/summary.py", "engram_eval/runs/verify.py"),
 }
 
-#: Derived file name in a results directory -> its generator (scripts/derived_sidecars.py).
+#: Derived file name in a results directory -> its generator
+#: (:mod:`engram_eval.analysis.derived_sidecars`). A published sidecar keeps the generator it
+#: recorded when it was written (the scripts these modules came from, at their commit).
 FILE_GENERATORS: dict[str, str] = {
-    "ABLATIONS.md": "scripts/ablation_table.py",
-    "MISSES_hybrid_default.md": "scripts/misses.py",
+    # results/longmemeval_s_dev, results/locomo10 (scripts/ablation_table.py, scripts/misses.py)
+    "ABLATIONS.md": "engram_eval/analysis/ablation_table.py",
+    "MISSES_hybrid_default.md": "engram_eval/analysis/misses.py",
     "dense_pieces.json": "benchmarks/longmemeval/dense_pieces.py",
     "speed_variants_full.json": "benchmarks/longmemeval/speed_variants.py",
     "scale.json": "benchmarks/longmemeval/scale.py",
@@ -234,11 +237,11 @@ FILE_GENERATORS: dict[str, str] = {
     "tuned.yaml": "engram_eval/analysis/tune.py",
     "tuned.yaml.tuning.json": "engram_eval/analysis/tune.py",
     # results/longmemeval_s_dev_rerank (scripts/publish_rerank.sh)
-    "rerank_choice.json": "benchmarks/longmemeval/choose_rerank.py",
+    "rerank_choice.json": "engram_eval/analysis/choose_rerank.py",
     # the unit and blend chosen together out of fold (scripts/publish_rerank_unit.sh)
-    "rerank_unit_choice.json": "benchmarks/longmemeval/choose_rerank.py",
+    "rerank_unit_choice.json": "engram_eval/analysis/choose_rerank.py",
     # results/rerank_retrain (scripts/publish_retrain.sh): blend grid and retrained folds
-    "retrain_choice.json": "benchmarks/longmemeval/choose_rerank.py",
+    "retrain_choice.json": "engram_eval/analysis/choose_rerank.py",
     "speed_rerank_tune30.json": "benchmarks/longmemeval/speed_rerank.py",
     # results/locomo_rerank: the same measurement on LoCoMo tune conversations
     "speed_rerank_locomo_tune30.json": "benchmarks/longmemeval/speed_rerank.py",
@@ -284,9 +287,9 @@ FILE_GENERATORS: dict[str, str] = {
     "tune_loc_stem_prefix.yaml.tuning.json": "engram_eval/analysis/tune.py",
     "tuned_first_stage.yaml": "engram_eval/analysis/tune_parts.py",
     "tuned_first_stage.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
-    # written by the script itself: the choice per structure and the frozen config
-    "lexical_choice.json": "scripts/publish_lexical.sh",
-    "heldout_config.yaml": "scripts/publish_lexical.sh",
+    # the choice per structure and the frozen first stage
+    "lexical_choice.json": "engram_eval/analysis/lexical_choice.py",
+    "heldout_config.yaml": "engram_eval/analysis/first_stage.py",
     "speed_tune30.json": "benchmarks/longmemeval/speed_rerank.py",
     "speed_tune30_before.json": "benchmarks/longmemeval/speed_rerank.py",
     "speed_locomo_tune.json": "benchmarks/longmemeval/speed_rerank.py",

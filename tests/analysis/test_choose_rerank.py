@@ -1,15 +1,17 @@
-"""``benchmarks/longmemeval/choose_rerank.py``: out-of-fold choice of the rerank blend, on the
-tiny fixture with tiny models trained per fold."""
+"""``engram_eval.analysis.choose_rerank`` (run by ``benchmarks/longmemeval/choose_rerank.py``):
+out-of-fold choice of the rerank blend, on the tiny fixture with tiny models trained per fold."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from engram_eval.analysis import choose_rerank as mod
 from engram_eval.analysis.train_reranker import TrainSettings, train
 from engram_eval.cli import main as cli
 from engram_eval.errors import ProvenanceError
@@ -19,14 +21,6 @@ from engram_eval.scoring.summary import summarize_rows
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "fixtures" / "longmemeval_tiny.json"
 SCRIPT = ROOT / "benchmarks" / "longmemeval" / "choose_rerank.py"
-
-
-def _script() -> Any:
-    spec = importlib.util.spec_from_file_location("choose_rerank", SCRIPT)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +51,8 @@ def folds(tmp_path_factory: pytest.TempPathFactory, tiny_embedding_model: str
 
 
 def test_choice_pools_the_folds_and_picks_the_best(folds: dict[str, Any]) -> None:
-    mod = _script()
     cands = [(n, folds["runs"][n]) for n in ("none", "a0.5")]
-    report = mod.choose(cands, ["recall_any@1", "recall_all@5"], "answerable")
+    report = mod.choose(cands, ["recall_any@1", "recall_all@5"], "answerable").report
     for c in report["candidates"]:
         rows = [r for p in folds["runs"][c["name"]] for r in read_run(p).rows]
         means = summarize_rows(rows, ["answerable"])["protocols"]["answerable"]["metrics"]
@@ -75,20 +68,35 @@ def test_choice_pools_the_folds_and_picks_the_best(folds: dict[str, Any]) -> Non
 
 def test_cli_writes_report_and_sidecar_and_refuses_overwrite(folds: dict[str, Any],
                                                              tmp_path: Path) -> None:
-    mod = _script()
     out = tmp_path / "choice.json"
     args = ["--candidate", "none", *map(str, folds["runs"]["none"]),
             "--candidate", "a0.5", *map(str, folds["runs"]["a0.5"]), "--output", str(out)]
     assert mod.main(args) == 0
     report = json.loads(out.read_text())
     side = json.loads(Path(str(out) + ".metadata.json").read_text())
-    assert side["generator"]["path"] == mod.GENERATOR
+    assert side["generator"]["path"] == mod.GENERATOR == "engram_eval/analysis/choose_rerank.py"
     assert len(side["inputs"]) == 4 and report["chosen"] in {"none", "a0.5"}
     assert mod.main(args) == 2
 
 
+def test_the_recorded_script_is_the_module(folds: dict[str, Any], tmp_path: Path) -> None:
+    """``benchmarks/longmemeval/choose_rerank.py`` (the command the publish scripts and
+    PROVENANCE.md record) writes the same report as the module, byte for byte."""
+    args = ["--candidate", "none", *map(str, folds["runs"]["none"]),
+            "--candidate", "a0.5", *map(str, folds["runs"]["a0.5"])]
+    assert mod.main([*args, "--output", str(tmp_path / "module.json")]) == 0
+    done = subprocess.run([sys.executable, str(SCRIPT), *args, "--output",
+                           str(tmp_path / "script.json")], capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert "chosen: " in done.stdout
+    assert (tmp_path / "script.json").read_bytes() == (tmp_path / "module.json").read_bytes()
+    side = json.loads((tmp_path / "script.json.metadata.json").read_text())
+    assert side["generator"]["path"] == mod.GENERATOR
+    assert side["command"][0] == str(SCRIPT)
+
+
 def test_a_fold_scored_by_a_model_that_saw_it_is_refused(folds: dict[str, Any]) -> None:
-    mod = _script()
     d = folds["dir"]
     out = d / "f0_wrong.jsonl"  # fold 0 scored by the model trained on fold 0
     assert cli.main(["run", str(TINY), "--shard", "0/2", "--output", str(out),
@@ -100,7 +108,6 @@ def test_a_fold_scored_by_a_model_that_saw_it_is_refused(folds: dict[str, Any]) 
 
 def test_folds_must_be_disjoint_and_candidates_cover_the_same_questions(
         folds: dict[str, Any]) -> None:
-    mod = _script()
     none = folds["runs"]["none"]
     with pytest.raises(ProvenanceError, match="overlap"):
         mod.choose([("dup", [none[0], none[0]])], ["recall_any@1"], "answerable")
@@ -115,7 +122,6 @@ def test_a_reranker_trained_on_other_data_may_score_a_whole_part(
         folds: dict[str, Any], tiny_embedding_model: str) -> None:
     """Trained on the LoCoMo fixture only: its card lists the questions it trained on, none of
     which is in the LongMemEval fixture, so it may score that part whole (no fold)."""
-    mod = _script()
     d = folds["dir"]
     loc_run = d / "loc.jsonl"
     assert cli.main(["run", str(LOCOMO), "--retriever", "bm25", "--output", str(loc_run)]) == 0
@@ -130,7 +136,7 @@ def test_a_reranker_trained_on_other_data_may_score_a_whole_part(
     plain = d / "whole_none.jsonl"
     assert cli.main(["run", str(TINY), "--output", str(plain), *folds["common"]]) == 0
     report = mod.choose([("none", [plain]), ("other", [whole])], ["recall_any@1"],
-                        "answerable")
+                        "answerable").report
     f = report["candidates"][1]["folds"][0]
     assert f["shard"] == "" and f["unseen_by"].startswith("other parts only")
     # a whole-part run scored by a model trained on that part is refused

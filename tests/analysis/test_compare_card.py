@@ -1,4 +1,5 @@
-"""scripts/compare_card.py: a retrained reranker against its published card."""
+"""``engram_eval.analysis.compare_card`` (run by ``scripts/compare_card.py``, the command the
+rerank publish scripts record): a retrained reranker against its published card."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+from engram_eval.analysis.compare_card import CardComparison, compare_cards, main
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "compare_card.py"
@@ -51,3 +54,24 @@ def test_other_pairs_refused(tmp_path: Path) -> None:
 
 def test_usage(tmp_path: Path) -> None:
     assert _run(tmp_path / "only-one.json").returncode == 2
+
+
+def test_compare_cards_returns_what_the_line_says(tmp_path: Path) -> None:
+    def card(pairs: str, weights: str, losses: list[float]) -> dict:
+        return json.loads(_card(tmp_path / "c.json", pairs, weights, losses).read_text())
+
+    assert compare_cards(card("p", "w", [0.7]), card("q", "w", [0.7])) == \
+        CardComparison(False, [], 0.0)
+    assert compare_cards(card("p", "w", [0.7]), card("p", "w", [0.1])) == \
+        CardComparison(True, [], 0.0)  # the loss only matters when a file differs
+    c = compare_cards(card("p", "w1", [0.7, 0.5]), card("p", "w2", [0.7, 0.5 + 3e-6]))
+    assert c.same_pairs and c.differ == ["model.safetensors"]
+    assert abs(c.loss_gap - 3e-6) < 1e-12
+
+
+def test_module_main_matches_the_script(tmp_path: Path, capsys) -> None:
+    a = _card(tmp_path / "a.json", "p", "w1", [0.7, 0.5])
+    b = _card(tmp_path / "b.json", "p", "w2", [0.7, 0.5 + 2e-6])
+    assert main([str(a), str(b)]) == 0
+    assert capsys.readouterr().out == _run(a, b).stdout
+    assert main([str(a)]) == 2

@@ -7,8 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from frozen_runs import freeze_and_run
+from frozen_runs import run_dummy as _run
 
-from engram_eval.cli import main as cli
 from engram_eval.io import sha256_file
 from engram_eval.provenance import frozen as F
 
@@ -29,10 +30,6 @@ def _mark_heldout(data: Path) -> None:
     marker = {"split_manifest_sha256": "0" * 64, "part": "heldout",
               "part_sha256": sha256_file(data), "source_sha256": "1" * 64, "salt": "s"}
     Path(str(data) + ".split.json").write_text(json.dumps(marker))
-
-
-def _run(*args: str) -> int:
-    return cli.main(["run", *args, "--retriever", "dummy", "--no-progress"])
 
 
 def test_validate_only_freezes_and_frozen_run_records(env, capsys):
@@ -70,9 +67,4 @@ def test_heldout_part_needs_matching_manifest(env, capsys):
     ledger = json.loads((tmp / "ledger.json").read_text())
     assert list(ledger["inputs"]) == [sha256_file(data)]
     # a manifest frozen after the first run gives a regression check
-    later = tmp / "frozen2.json"
-    assert _run(str(data), "--validate-only", "--freeze-source", str(later)) == 0
-    out2 = tmp / "r2.jsonl"
-    assert _run(str(data), "--output", str(out2), "--frozen-source", str(later)) == 0
-    summ2 = json.loads(Path(str(out2) + ".summary.json").read_text())
-    assert summ2["frozen_source"]["label"] == F.REGRESSION
+    assert freeze_and_run(data, tmp, "r2").summary["frozen_source"]["label"] == F.REGRESSION

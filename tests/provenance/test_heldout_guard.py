@@ -15,6 +15,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from frozen_runs import freeze_and_run
+from frozen_runs import run_dummy as _run
 
 from engram_eval.cli import main as cli
 from engram_eval.errors import ProvenanceError
@@ -56,10 +58,6 @@ def env(tmp_path, monkeypatch):
     assert _repo_state() == before, "the guard changed a file outside the test's directories"
 
 
-def _run(*args: str) -> int:
-    return cli.main(["run", *args, "--retriever", "dummy", "--no-progress"])
-
-
 def _copies(tmp: Path, part: Path) -> dict[str, Path]:
     elsewhere = tmp / "elsewhere"
     elsewhere.mkdir()
@@ -91,25 +89,16 @@ def test_copy_of_heldout_part_refused_without_frozen_manifest(env, capsys, kind)
 def test_copy_runs_under_frozen_manifest_and_shares_the_ledger_entry(env, capsys):
     tmp, manifest, part = env
     copy = _copies(tmp, part)["gzip"]
-    frozen = tmp / "frozen.json"
-    assert _run(str(copy), "--validate-only", "--freeze-source", str(frozen)) == 0
-    out = tmp / "r.jsonl"
-    assert _run(str(copy), "--output", str(out), "--frozen-source", str(frozen)) == 0
-    summ = json.loads(Path(str(out) + ".summary.json").read_text())
-    side = json.loads(Path(str(out) + ".metadata.json").read_text())
-    assert summ["frozen_source"]["label"] == F.HELDOUT
+    first = freeze_and_run(copy, tmp)
+    assert first.summary["frozen_source"]["label"] == F.HELDOUT
     key = manifest["parts"]["heldout"]["sha256"]
-    assert side["frozen_source"]["heldout_match"]["key"] == key
+    assert first.sidecar["frozen_source"]["heldout_match"]["key"] == key
     ledger = json.loads((tmp / "ledger.json").read_text())
     assert list(ledger["inputs"]) == [key]  # kept under the part's hash, not the copy's
     assert ledger["inputs"][key]["runs"][0]["input_sha256"] == sha256_file(copy)
     # the marked original, under a manifest frozen after the copy ran: a regression check
-    later = tmp / "frozen_part.json"
-    assert _run(str(part), "--validate-only", "--freeze-source", str(later)) == 0
-    out2 = tmp / "r2.jsonl"
-    assert _run(str(part), "--output", str(out2), "--frozen-source", str(later)) == 0
-    summ2 = json.loads(Path(str(out2) + ".summary.json").read_text())
-    assert summ2["frozen_source"]["label"] == F.REGRESSION
+    again = freeze_and_run(part, tmp, "r2")
+    assert again.summary["frozen_source"]["label"] == F.REGRESSION
 
 
 def test_tuning_part_copy_and_unrelated_data_still_run(env):
@@ -328,12 +317,7 @@ def test_frozen_run_through_a_link_still_runs_once(tmp_path, monkeypatch):
                          compress="none").part_paths["heldout"]
     link = tmp_path / "link.json"
     link.symlink_to(part)
-    frozen = tmp_path / "frozen.json"
-    assert _run(str(link), "--validate-only", "--freeze-source", str(frozen)) == 0
-    out = tmp_path / "r.jsonl"
-    assert _run(str(link), "--output", str(out), "--frozen-source", str(frozen)) == 0
-    summ = json.loads(Path(str(out) + ".summary.json").read_text())
-    assert summ["frozen_source"]["label"] == F.HELDOUT
+    assert freeze_and_run(link, tmp_path).summary["frozen_source"]["label"] == F.HELDOUT
     assert list(json.loads((tmp_path / "ledger.json").read_text())["inputs"]) == \
         [sha256_file(part)]
 
@@ -504,11 +488,7 @@ def test_a_reserialised_part_is_the_part_and_runs_once_frozen(reg, capsys):
     err = capsys.readouterr().err
     _names(err, same, held)
     assert "question content" in err and "frozen manifest" in err
-    frozen = tmp / "frozen.json"
-    assert _run(str(same), "--validate-only", "--freeze-source", str(frozen)) == 0
-    out = tmp / "r.jsonl"
-    assert _run(str(same), "--output", str(out), "--frozen-source", str(frozen)) == 0
-    side = json.loads(Path(str(out) + ".metadata.json").read_text())
+    side = freeze_and_run(same, tmp).sidecar
     key = manifest["parts"]["heldout"]["sha256"]
     assert side["frozen_source"]["heldout_match"]["key"] == key
     assert list(json.loads((tmp / "ledger.json").read_text())["inputs"]) == [key]

@@ -252,7 +252,7 @@ def test_derived_sources() -> None:
     assert S.derived_sources("compare-plot")[0] == "engram_eval/analysis/plots.py"
     with pytest.raises(KeyError):
         S.derived_sources("run")
-    assert S.file_generator("ABLATIONS.md") == "scripts/ablation_table.py"
+    assert S.file_generator("ABLATIONS.md") == "engram_eval/analysis/ablation_table.py"
     assert S.file_generator("holdout.frozen.json") == "engram_eval/provenance/frozen.py"
     assert S.file_generator("unknown.txt") is None
 

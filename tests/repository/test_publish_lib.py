@@ -78,11 +78,19 @@ def test_explicit_result_list_and_empty_directory(tmp_path: Path) -> None:
 # -- publish (run -> verify -> compress), overrides, refusal ----------------------------------
 FAKE_FULL = """#!/bin/sh
 # fake engram-eval: logs every call; `run ... --output F` creates F (+ sidecar, summary);
+# `run ... --validate-only --freeze-source M` creates M (refused for manifests named refused*);
 # `verify F` fails for files named bad*; `compress F` renames F (+ companions) to F.gz
 echo "$*" >> "$CALLS"
 cmd="$1"; shift
 case "$cmd" in
-  run) while [ "$#" -gt 0 ]; do [ "$1" = --output ] && out="$2"; shift; done
+  run) out=""; frz=""
+       while [ "$#" -gt 0 ]; do
+         case "$1" in --output) out="$2";; --freeze-source) frz="$2";; esac; shift
+       done
+       if [ -n "$frz" ]; then
+         case "$(basename "$frz")" in refused*) echo "error: refused" >&2; exit 2;; esac
+         echo '{}' > "$frz"; echo frozen; exit 0
+       fi
        for s in "" .metadata.json .summary.json; do echo '{}' > "$out$s"; done; echo ran;;
   verify) case "$(basename "$1")" in bad*) echo "[FAIL] x"; exit 1;; esac; echo VERIFIED;;
   compress) for s in "" .metadata.json .summary.json; do mv "$1$s" "$1.gz$s"; done;;
@@ -154,6 +162,121 @@ def test_refuse_existing_names_one_file_in_one_line(tmp_path: Path) -> None:
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "refusing to publish" in lines[0]
     assert "a.jsonl.gz.summary.json" in lines[0] and "move or delete" in lines[0]
+
+
+# -- freeze_then_run: the held-out protocol of one configuration ------------------------------
+def test_freeze_then_run_freezes_runs_once_verifies_and_compresses(tmp_path: Path) -> None:
+    body = ("COMMON=(--cache-dir c --no-progress)\n"
+            "freeze_then_run held.json h --retriever bm25 --x\n"
+            "freeze_then_run held.json h --retriever bm25 --x  # done: nothing runs\n")
+    p = _publish(tmp_path, body)
+    assert p.returncode == 0, p.stderr
+    out = tmp_path / "out"
+    assert all_calls(tmp_path) == [
+        f"run held.json --validate-only --freeze-source {out}/h.frozen.json --retriever bm25 --x",
+        f"run held.json --frozen-source {out}/h.frozen.json --output {out}/h.jsonl "
+        "--retriever bm25 --x --cache-dir c --no-progress",
+        f"verify {out}/h.jsonl --dataset held.json --rerun 3 --rerun-seed 0",
+        f"compress {out}/h.jsonl"]
+    assert sorted(x.name for x in out.iterdir()) == [
+        "h.frozen.json", "h.jsonl.gz", "h.jsonl.gz.metadata.json", "h.jsonl.gz.summary.json"]
+
+
+def test_every_configuration_frozen_before_any_run(tmp_path: Path) -> None:
+    """--freeze-only for each configuration first; the runs after find their manifests (an
+    existing manifest is never frozen again: a stopped publication resumes)."""
+    body = ("for n in a b; do freeze_then_run --freeze-only held.json $n --x; done\n"
+            "for n in a b; do freeze_then_run held.json $n --x; done\n")
+    p = _publish(tmp_path, body)
+    assert p.returncode == 0, p.stderr
+
+    def step(call: str) -> str:  # "freeze a.frozen.json", "run a.jsonl", "verify a.jsonl"
+        w = call.split()
+        if w[0] != "run":
+            return f"{w[0]} {Path(w[1]).name}"
+        freeze = "--validate-only" in w
+        return ("freeze " if freeze else "run ") + Path(
+            w[w.index("--freeze-source" if freeze else "--output") + 1]).name
+
+    assert [step(c) for c in all_calls(tmp_path)] == [
+        "freeze a.frozen.json", "freeze b.frozen.json",
+        "run a.jsonl", "verify a.jsonl", "compress a.jsonl",
+        "run b.jsonl", "verify b.jsonl", "compress b.jsonl"]
+    assert f"--frozen-source {tmp_path}/out/b.frozen.json" in all_calls(tmp_path)[5]
+
+
+def test_freeze_then_run_takes_the_run_command_from_heldout_run(tmp_path: Path) -> None:
+    p = _publish(tmp_path, 'HELDOUT_RUN=("$ENGRAM_EVAL" run --via-benchmark)\n'
+                           "freeze_then_run held.json h --x")
+    assert p.returncode == 0, p.stderr
+    calls = all_calls(tmp_path)
+    assert calls[0].startswith("run held.json --validate-only")  # the freeze: engram-eval
+    assert calls[1].startswith("run --via-benchmark held.json --frozen-source")
+
+
+@pytest.mark.parametrize("name,stops_after", [("refused", 1), ("bad", 3)])
+def test_a_refused_freeze_or_failed_verify_stops_the_publication(
+        tmp_path: Path, name: str, stops_after: int) -> None:
+    p = _publish(tmp_path, f"freeze_then_run held.json {name}\nfreeze_then_run held.json c")
+    assert p.returncode != 0 and "PUBLISHED" not in p.stdout
+    calls = all_calls(tmp_path)
+    assert len(calls) == stops_after and not any(c.startswith("compress") for c in calls)
+    assert not (tmp_path / "out" / f"{name}.jsonl.gz").exists()
+
+
+#: Publish scripts whose held-out runs are production fixture runs or confidence
+#: measurements (benchmarks/production_retrieval/*.py: other options, no verify): they freeze
+#: and run those tools themselves.
+OWN_FREEZE = {"publish_production.sh", "publish_confidence.sh"}
+
+
+ENGRAM_RUN_SCRIPTS = sorted(p for p in (ROOT / "scripts").glob("publish_*.sh")
+                            if p.name not in OWN_FREEZE)
+
+
+@pytest.mark.parametrize("script", ENGRAM_RUN_SCRIPTS, ids=lambda p: p.name)
+def test_held_out_runs_go_through_freeze_then_run(script: Path) -> None:
+    """No publish script of `engram-eval run` held-out runs hand-writes the freeze and the
+    frozen run: they call freeze_then_run."""
+    text = script.read_text()
+    assert "--freeze-source" not in text and "--frozen-source" not in text, script.name
+
+
+def test_the_seven_held_out_publications_use_freeze_then_run() -> None:
+    users = sorted(p.name for p in ENGRAM_RUN_SCRIPTS if "freeze_then_run " in p.read_text())
+    assert users == ["publish_lexical.sh", "publish_rerank.sh", "publish_rerank_locomo.sh",
+                     "publish_rerank_unit.sh", "publish_shipped.sh", "publish_structure.sh",
+                     "publish_tuning.sh"]
+
+
+def test_freeze_then_run_with_the_real_engram_eval(tmp_path: Path, monkeypatch) -> None:
+    """On a real held-out part (a split of the tiny fixture): frozen, then the one run is a
+    held-out measurement in the ledger, verified and compressed; a second call does nothing."""
+    import json
+
+    exe = Path(sys.executable).parent / "engram-eval"
+    if shutil.which("bash") is None or not exe.is_file():
+        pytest.skip("bash or the engram-eval entry point is not available")
+    monkeypatch.setenv("ENGRAM_EVAL_LEDGER", str(tmp_path / "ledger.json"))
+    split = tmp_path / "split"
+    from engram_eval.data.split import split_dataset
+
+    held = split_dataset(ROOT / "fixtures" / "longmemeval_tiny.json", holdout=0.5, salt="lib",
+                         output_dir=split, compress="none").part_paths["heldout"]
+    out = tmp_path / "out"
+    script = (f'set -euo pipefail\nOUT="{out}"\nsource "{LIB}"\nCOMMON=(--no-progress)\n'
+              f'freeze_then_run "{held}" heldout_x --retriever dummy\n'
+              f'freeze_then_run "{held}" heldout_x --retriever dummy\necho PUBLISHED\n')
+    env = {**os.environ, "ENGRAM_EVAL": str(exe), "PUBLISH_PYTHON": sys.executable}
+    p = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, text=True,
+                       capture_output=True, timeout=300)
+    assert p.returncode == 0 and "PUBLISHED" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+    result = out / "heldout_x.jsonl.gz"
+    summ = json.loads(Path(str(result) + ".summary.json").read_text())
+    assert summ["frozen_source"]["label"] == "held-out measurement"
+    assert not (out / "heldout_x.jsonl").exists()
+    ledger = json.loads((tmp_path / "ledger.json").read_text())
+    assert len(next(iter(ledger["inputs"].values()))["runs"]) == 1  # run once
 
 
 @pytest.mark.parametrize("script,existing", [
