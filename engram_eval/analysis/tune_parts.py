@@ -23,9 +23,9 @@ per question); each group is tuned on its own parts:
 Output: ``CONFIG.yaml`` whose top-level fusion/temporal fields are the ``chat`` choice (or
 the ``people`` one when only people parts were given) and whose ``people_overrides`` hold the
 ``people`` choice's fields that differ, so one config serves both structures (and the people
-runs' own analyser and speaker fields where the runs differ in them: runs made with each
-analyser are compared by their tune estimates, then the chosen runs are tuned together); a signal is
-switched on when either structure gives it weight. ``CONFIG.yaml.tuning.json`` says, per
+runs' own analyser, speaker and turn top-m fields where the runs differ in them: runs made
+with each analyser are compared by their tune estimates, then the chosen runs are tuned
+together); a signal is switched on when either structure gives it weight. ``CONFIG.yaml.tuning.json`` says, per
 field, whether it is shared or per structure, and records every part (path, fingerprint,
 dataset hash, rows hash, protocol, counts), the grid, the objective and combination rule,
 each part's in-sample score of the choice and of its own settings, and the estimates.
@@ -44,7 +44,11 @@ import numpy as np
 from engram_eval.analysis import tune as T
 from engram_eval.errors import ConfigError
 from engram_eval.retrieval import fusion as F
-from engram_eval.retrieval.settings import STRUCTURE_LEXICAL_FIELDS, RetrievalSettings
+from engram_eval.retrieval.settings import (
+    STRUCTURE_LEXICAL_FIELDS,
+    STRUCTURE_TURN_FIELDS,
+    RetrievalSettings,
+)
 
 COMBINE = ("worst-ratio", "mean")
 STRUCTURE_FIELDS = ("fusion", "normalisation", "rrf_k", "temporal", "temporal_boost")
@@ -185,7 +189,7 @@ def tune_parts(runs: Sequence[str | Path], grid_path: str | Path, output: str | 
         field_report = {k: {main: v} for k, v in main_fields.items()}
     if "people" in chosen and main == "chat":  # the people runs' own analyser, if it differs
         people_cfg = RetrievalSettings.of(groups["people"][0].run_cfg).for_chat_roles(False)
-        for name in STRUCTURE_LEXICAL_FIELDS:
+        for name in (*STRUCTURE_LEXICAL_FIELDS, *STRUCTURE_TURN_FIELDS):
             a, b = config.get(name), getattr(people_cfg, name)
             if a != b:
                 overrides[name] = b

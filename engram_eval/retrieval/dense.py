@@ -10,6 +10,11 @@ aggregates its pieces' cosine similarities to the question:
 * ``max`` (default): the best piece;
 * ``max_mean``: 0.8 x best + 0.2 x mean of the best three (rewards several matching turns).
 
+With ``top_m`` above 1 (``dense_turn_top_m``, aggregate ``max`` only) a session's score is
+turn-level instead: each turn scores its best piece (the windows of one long turn are one
+turn), and the session the sum of its ``top_m`` best turns (all it has when fewer); the
+contributing turns are kept (``top_turns``) for the trace. ``top_m`` 1 is ``max``.
+
 The piece texts are what the embedding cache stores, so the split rule is part of the run
 fingerprint (``dense_piece_words``, ``dense_piece_overlap``).
 """
@@ -85,28 +90,41 @@ def _faiss() -> object:
 
 @dataclass(frozen=True)
 class DenseScores:
-    """Per-session dense score, the index of its best piece's turn, and the piece count."""
+    """Per-session dense score, the index of its best piece's turn, and the piece count;
+    with ``top_m`` above 1 also the turns summed (turn indices, best first)."""
 
     scores: np.ndarray
     best_turn: list[int]
     n_pieces: list[int]
+    top_turns: list[list[int]] | None = None
 
 
 def session_scores(pieces: Sequence[Piece], vectors: np.ndarray, query: np.ndarray,
-                   n_sessions: int, aggregate: str = "max") -> DenseScores:
+                   n_sessions: int, aggregate: str = "max", top_m: int = 1) -> DenseScores:
     """Search all pieces with a FAISS inner-product index (vectors are L2-normalised, so
-    inner product = cosine) and aggregate per session. Sessions without user text score 0."""
+    inner product = cosine) and aggregate per session (``top_m`` above 1: the sum of the
+    session's ``top_m`` best turns, a turn scoring its best piece; module docstring).
+    Sessions without user text score 0."""
     scores = np.zeros(n_sessions, dtype=np.float64)
     best_turn = [-1] * n_sessions
     counts = [0] * n_sessions
+    if top_m < 1:
+        raise ValueError(f"top_m must be at least 1, not {top_m}")
+    if top_m > 1 and aggregate != "max":
+        raise ValueError(f"top_m {top_m} needs aggregate 'max', not {aggregate!r}")
+    top_turns: list[list[int]] | None = ([[] for _ in range(n_sessions)] if top_m > 1
+                                         else None)
     if len(pieces) == 0:
-        return DenseScores(scores, best_turn, counts)
+        return DenseScores(scores, best_turn, counts, top_turns)
     faiss: object = _faiss()
     index = faiss.IndexFlatIP(vectors.shape[1])  # type: ignore[attr-defined]
     index.add(np.ascontiguousarray(vectors, dtype=np.float32))
     sims, ids = index.search(np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32),
                              len(pieces))
     per_session: list[list[float]] = [[] for _ in range(n_sessions)]
+    # top_m > 1: per session its turns' best similarities, best first (a turn's first piece
+    # to arrive is its best), only as many turns as are summed
+    turn_best: list[list[float]] = [[] for _ in range(n_sessions)]
     for sim, pid in zip(sims[0], ids[0], strict=False):
         if pid < 0:
             continue
@@ -114,15 +132,22 @@ def session_scores(pieces: Sequence[Piece], vectors: np.ndarray, query: np.ndarr
         if not per_session[p.session_index]:
             best_turn[p.session_index] = p.turn_index
         per_session[p.session_index].append(float(sim))  # arrives in descending order
+        if top_turns is not None:
+            seen = top_turns[p.session_index]
+            if len(seen) < top_m and p.turn_index not in seen:
+                seen.append(p.turn_index)
+                turn_best[p.session_index].append(float(sim))
     for si, sims_s in enumerate(per_session):
         counts[si] = len(sims_s)
         if not sims_s:
             continue
-        if aggregate == "max":
+        if top_turns is not None:
+            scores[si] = sum(turn_best[si])
+        elif aggregate == "max":
             scores[si] = sims_s[0]
         elif aggregate == "max_mean":
             top = sims_s[:3]
             scores[si] = 0.8 * sims_s[0] + 0.2 * (sum(top) / len(top))
         else:
             raise ValueError(f"unknown dense aggregate {aggregate!r}")
-    return DenseScores(scores, best_turn, counts)
+    return DenseScores(scores, best_turn, counts, top_turns)

@@ -9,10 +9,13 @@ derived from them. Per question (one corpus per question, nothing shared but cac
    (:func:`engram_eval.data.records.has_chat_roles`, decided once per corpus in ``index``).
 2. Signals (each computed when its ``use_*`` switch is on, and traced even at weight 0):
    ``dense`` (best user piece, :mod:`.dense`), ``bm25_user``, ``bm25_assistant``,
-   ``bm25_turn`` (BM25 over single user turns, a session scoring its best turn),
+   ``bm25_turn`` (BM25 over single user turns, a session scoring its best turn, or the
+   sum of its ``bm25_turn_top_m`` best),
    ``bm25_prf`` (the question expanded with feedback terms, RM3-style) and ``dense_rocchio``
    (the question vector moved toward the feedback sessions' best pieces); the two feedback
-   signals start from a first pass fixed by ``feedback_source`` (:mod:`.feedback`).
+   signals start from a first pass fixed by ``feedback_source`` (:mod:`.feedback`). The
+   dense signals score a session by its best piece, or with ``dense_turn_top_m`` above 1 by
+   the sum of its m best turns (a turn scoring its best piece).
    Informative sessions: dense -> the session has user pieces; BM25 signals -> score > 0.
 3. Fusion (:mod:`.fusion`): ``fusion: rrf`` (weighted reciprocal rank, constant ``rrf_k``)
    or ``fusion: convex`` (weighted sum of per-question ``minmax``/``zscore`` normalised
@@ -45,6 +48,10 @@ Trace contract (the keys that ``analyze`` and ``tune`` read). Per session, in
 * for every computed signal ``s``: ``s`` (its raw score; 0.0 where not informative) and
   ``s_rank`` (1-based rank among the informative sessions, ties by corpus order; null
   where not informative);
+* ``s_turns`` for a turn-level signal summing more than one turn (``bm25_turn`` with
+  ``bm25_turn_top_m`` above 1; ``dense`` and ``dense_rocchio`` with ``dense_turn_top_m``
+  above 1): the turns summed, as indices into the session's turns, best first (BM25: only
+  turns scoring above 0); absent at top m 1, where the score is the best turn's alone;
 * ``corpus_index``: the session's position in the question's haystack (the tie-breaker);
 * ``fused`` (fused score), ``fused_rank`` (rank by fused score = the prior rank; also
   written as ``prior_rank``);

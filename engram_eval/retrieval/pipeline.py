@@ -104,6 +104,8 @@ class Corpus:
     bm25_assistant: BM25Index | None = None
     bm25_turn: BM25Index | None = None
     turn_session: list[int] = field(default_factory=list)
+    #: each ``bm25_turn`` document's turn index in its session (``Turn.index``)
+    turn_index: list[int] = field(default_factory=list)
     pieces: list[Piece] = field(default_factory=list)
     vectors: np.ndarray | None = None
 
@@ -157,6 +159,7 @@ def build_corpus(sessions: Sequence[Session], settings: RetrievalSettings, *,
             for t in user_turns(s, roles):
                 docs.append(text(t))
                 corpus.turn_session.append(si)
+                corpus.turn_index.append(t.index)
         corpus.bm25_turn = BM25Index(docs, k1=c.bm25_k1, b=c.bm25_b, analyzer=lex)
     if c.use_dense:
         if pieces is not None:
@@ -195,6 +198,9 @@ class QuestionState:
     traces: list[SessionTrace] = field(default_factory=list)
     q_vec: np.ndarray | None = None
     signals: dict[str, F.Signal] = field(default_factory=dict)
+    #: signal -> per session the turns its turn-level score summed (turn indices, best
+    #: first); only for a signal whose top m is above 1 (traced as ``<signal>_turns``)
+    turn_sets: dict[str, list[list[int]]] = field(default_factory=dict)
     fused: np.ndarray = field(default_factory=lambda: np.zeros(0))
     fused_order: list[int] = field(default_factory=list)
     fused_rank: dict[int, int] = field(default_factory=dict)
@@ -261,8 +267,11 @@ def signals_stage(st: QuestionState, encode: Encode | None) -> None:
     if c.use_dense:
         assert encode is not None and corpus.vectors is not None
         st.q_vec = encode([q])[0]
-        ds = session_scores(corpus.pieces, corpus.vectors, st.q_vec, n, c.dense_aggregate)
+        ds = session_scores(corpus.pieces, corpus.vectors, st.q_vec, n, c.dense_aggregate,
+                            c.dense_turn_top_m)
         out["dense"] = F.Signal(ds.scores, np.array([k > 0 for k in ds.n_pieces], dtype=bool))
+        if ds.top_turns is not None:
+            st.turn_sets["dense"] = ds.top_turns
     user_scores = None
     if corpus.bm25_user is not None:
         user_scores = corpus.bm25_user.scores(q)
@@ -273,10 +282,14 @@ def signals_stage(st: QuestionState, encode: Encode | None) -> None:
         out["bm25_assistant"] = F.Signal(s, s > 0)
     if corpus.bm25_turn is not None:
         ts = corpus.bm25_turn.scores(q)
-        best = np.zeros(n, dtype=np.float64)
-        for t, si in enumerate(corpus.turn_session):
-            if ts[t] > best[si]:
-                best[si] = ts[t]
+        if c.bm25_turn_top_m == 1:
+            best = np.zeros(n, dtype=np.float64)
+            for t, si in enumerate(corpus.turn_session):
+                if ts[t] > best[si]:
+                    best[si] = ts[t]
+        else:
+            best, st.turn_sets["bm25_turn"] = top_m_turns(
+                ts, corpus.turn_session, corpus.turn_index, n, c.bm25_turn_top_m)
         out["bm25_turn"] = F.Signal(best, best > 0)
     if c.use_bm25_prf or c.use_dense_rocchio:
         from engram_eval.retrieval import feedback as FB
@@ -308,9 +321,12 @@ def signals_stage(st: QuestionState, encode: Encode | None) -> None:
             best_p = FB.best_pieces([p.session_index for p in pieces], sims, fb)
             q2 = FB.rocchio_query(q_vec, np.asarray(corpus.vectors)[best_p]
                                   if best_p else np.zeros((0, len(q_vec))), c.rocchio_beta)
-            rs = session_scores(pieces, corpus.vectors, q2, n, c.dense_aggregate)
+            rs = session_scores(pieces, corpus.vectors, q2, n, c.dense_aggregate,
+                                c.dense_turn_top_m)
             out["dense_rocchio"] = F.Signal(rs.scores, np.array(
                 [k > 0 for k in rs.n_pieces], dtype=bool))
+            if rs.top_turns is not None:
+                st.turn_sets["dense_rocchio"] = rs.top_turns
     st.signals = out
     st.qtrace["signals"] = F._canonical(list(out))
     if info:
@@ -318,15 +334,44 @@ def signals_stage(st: QuestionState, encode: Encode | None) -> None:
     trace_signals(st)
 
 
+def top_m_turns(turn_scores: np.ndarray, turn_session: Sequence[int],
+                turn_index: Sequence[int], n: int, m: int
+                ) -> tuple[np.ndarray, list[list[int]]]:
+    """A turn-level signal's session scores: per session the sum of its ``m`` best turn
+    scores that are above 0 (a turn sharing no term adds nothing; a session with fewer such
+    turns sums what it has), added best first, and those turns' indices (best first; ties:
+    the earlier turn). With ``m`` 1 this is the session's best turn, floored at 0."""
+    per: list[list[tuple[float, int]]] = [[] for _ in range(n)]
+    for t, si in enumerate(turn_session):
+        x = float(turn_scores[t])
+        if x > 0:
+            per[si].append((x, t))
+    scores = np.zeros(n, dtype=np.float64)
+    turns: list[list[int]] = []
+    for si, cands in enumerate(per):
+        top = sorted(cands, key=lambda xt: (-xt[0], xt[1]))[:m]
+        total = 0.0
+        for x, _ in top:
+            total += x
+        scores[si] = total
+        turns.append([turn_index[t] for _, t in top])
+    return scores, turns
+
+
 def trace_signals(st: QuestionState) -> None:
-    """Each signal's raw score and rank (among informative sessions) into the traces."""
+    """Each signal's raw score and rank (among informative sessions) into the traces, and
+    for a turn-level signal summing more than one turn the turns it summed
+    (``<signal>_turns``)."""
     for name in st.qtrace["signals"]:
         sig = st.signals[name]
         ranks = F.signal_ranks(sig.scores, sig.informative)
+        turns = st.turn_sets.get(name)
         for i in range(st.n):
             tr: dict[str, Any] = st.traces[i]  # type: ignore[assignment]
             tr[name] = float(sig.scores[i])
             tr[name + "_rank"] = ranks[i]
+            if turns is not None:
+                tr[name + "_turns"] = turns[i]
 
 
 def fusion_stage(st: QuestionState) -> None:

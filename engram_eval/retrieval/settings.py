@@ -47,6 +47,9 @@ STRUCTURE_RERANK_FIELDS = ("rerank", "rerank_candidates", "fusion_alpha")
 #: k1/b (which signals are computed stays one choice for every haystack).
 STRUCTURE_LEXICAL_FIELDS = ("lexical_tokenizer", "lexical_stemmer", "lexical_stopwords",
                             "lexical_speaker", "bm25_k1", "bm25_b")
+#: Turn-level aggregation fields that may differ by chat structure: how many of a session's
+#: best turns its turn-level signals add up (a people's session holds both speakers' turns).
+STRUCTURE_TURN_FIELDS = ("bm25_turn_top_m", "dense_turn_top_m")
 
 #: The rerank fields a reranker's settings card chooses (the configuration the model was
 #: measured with; :func:`apply_model_card`). A model without such a card gets, for each of
@@ -79,7 +82,8 @@ PEOPLE_DEFAULTS: dict[str, Any] = {"normalisation": "minmax", "temporal": False,
 LEGACY_VALUES: dict[str, Any] = {"people_overrides": {}, "rerank_unit": "passage",
                                  "reranker_precision": "fp32", "lexical_tokenizer": "word",
                                  "lexical_stemmer": "none", "lexical_stopwords": "none",
-                                 "lexical_speaker": "none"}
+                                 "lexical_speaker": "none", "bm25_turn_top_m": 1,
+                                 "dense_turn_top_m": 1}
 
 #: CLI/argument-group order (stages of the pipeline).
 GROUPS = ("selection", "dense", "lexical", "fusion", "temporal", "rerank", "coverage",
@@ -172,6 +176,12 @@ class RetrievalSettings:
                                   lo=0, hi=256)
     dense_aggregate: str = _f("max", "session score from its piece similarities",
                               group="dense", choices=("max", "max_mean"))
+    dense_turn_top_m: int = _f(1, "the dense signals (dense, dense_rocchio; so also the dense "
+                               "feedback first pass): a turn scores its best piece, and a "
+                               "session the sum of its m best turns (a session with fewer "
+                               "turns sums what it has); 1 = its best turn = its best piece. "
+                               "Above 1 needs dense_aggregate max", group="dense",
+                               lo=1, hi=1000)
     use_dense_rocchio: bool = _f(True, "Rocchio dense feedback (signal 'dense_rocchio'): the "
                                  "question vector moved toward the best piece vectors of the "
                                  "top feedback_docs first-pass sessions, pieces re-scored "
@@ -182,8 +192,13 @@ class RetrievalSettings:
     use_bm25_user: bool = _f(True, "BM25 over user text (signal 'bm25_user')", group="lexical")
     use_bm25_assistant: bool = _f(True, "BM25 over assistant text (signal 'bm25_assistant')",
                                   group="lexical")
-    use_bm25_turn: bool = _f(True, "BM25 over single user turns, a session scoring its best "
-                             "turn (signal 'bm25_turn')", group="lexical")
+    use_bm25_turn: bool = _f(True, "BM25 over single user turns (every turn between people), "
+                             "a session scoring its best turn, or the sum of its "
+                             "bm25_turn_top_m best (signal 'bm25_turn')", group="lexical")
+    bm25_turn_top_m: int = _f(1, "bm25_turn: a session's score is the sum of its m best turn "
+                              "scores (a turn sharing no term adds 0; a session with fewer "
+                              "turns sums what it has); 1 = its best turn", group="lexical",
+                              lo=1, hi=1000)
     use_bm25_prf: bool = _f(True, "pseudo-relevance feedback BM25 (signal 'bm25_prf', "
                             "RM3-style): the question expanded with the prf_terms "
                             "highest-weighted terms of the top feedback_docs first-pass "
@@ -310,6 +325,10 @@ class RetrievalSettings:
         if self.dense_piece_overlap >= self.dense_piece_words:
             raise ConfigError("config field dense_piece_overlap: must be smaller than "
                               "dense_piece_words")
+        if self.dense_turn_top_m > 1 and self.dense_aggregate != "max":
+            raise ConfigError("config field dense_turn_top_m: above 1 it replaces the best "
+                              "turn, so it needs dense_aggregate max (not "
+                              f"{self.dense_aggregate!r})")
         if self.use_dense_rocchio and not self.use_dense:
             raise ConfigError("config field use_dense_rocchio: needs use_dense (it re-scores "
                               "the dense pieces); without dense retrieval say "
@@ -321,13 +340,14 @@ class RetrievalSettings:
             allowed = {f.name for f in fields(self)
                        if (f.metadata.get("group") in STRUCTURE_GROUPS
                            or f.name in STRUCTURE_RERANK_FIELDS
-                           or f.name in STRUCTURE_LEXICAL_FIELDS)
+                           or f.name in STRUCTURE_LEXICAL_FIELDS
+                           or f.name in STRUCTURE_TURN_FIELDS)
                        and f.name != "people_overrides"}
             bad = sorted(str(k) for k in self.people_overrides if k not in allowed)
             if bad:
                 raise ConfigError(f"config field people_overrides: {bad[0]!r} is not a fusion, "
-                                  f"temporal, per-structure lexical or rerank field; allowed: "
-                                  f"{sorted(allowed)}")
+                                  f"temporal, per-structure lexical, turn or rerank field; "
+                                  f"allowed: {sorted(allowed)}")
             # Checked on the retrieval fields alone: a subclass's own fields (a RunConfig's
             # --shard, ...) are its own to check and never reported as people_overrides.
             applied = {f.name: getattr(self, f.name) for f in fields(RetrievalSettings)}

@@ -62,7 +62,7 @@ def test_a_haystack_without_assistant_role_takes_the_people_settings(tmp_path: P
 
 
 def test_people_overrides_are_validated_by_the_settings() -> None:
-    with pytest.raises(ConfigError, match="not a fusion, temporal, per-structure lexical or rerank field"):
+    with pytest.raises(ConfigError, match="not a fusion, temporal, per-structure lexical, turn or rerank field"):
         RetrievalSettings(people_overrides={"use_dense": False})
     with pytest.raises(ConfigError, match="people_overrides.*weight_dense"):
         RetrievalSettings(people_overrides={"weight_dense": -1.0})
