@@ -38,8 +38,8 @@ import pytest
 from engram_eval import io as eio
 from engram_eval.cli import main as cli
 from engram_eval.errors import DataError, ProvenanceError, StorageError
+from engram_eval.provenance import records as rows_mod  # RowWriter opens the rows file here
 from engram_eval.provenance.sidecar import sidecar_path, summary_path
-from engram_eval.runs import rows as rows_mod
 from engram_eval.runs.config import RunConfig
 from engram_eval.runs.merge import staging_dir
 from engram_eval.runs.runner import run

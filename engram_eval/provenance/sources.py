@@ -53,6 +53,7 @@ _PROVENANCE = (
     "engram_eval/provenance/__init__.py",
     "engram_eval/provenance/sources.py",
     "engram_eval/provenance/sidecar.py",
+    "engram_eval/provenance/records.py",
     "engram_eval/provenance/frozen.py",
     # the content-keyed held-out guard: whether a run is refused, its ledger entry and label
     "engram_eval/provenance/heldout.py",
@@ -135,7 +136,7 @@ PRODUCTION_CORE_SOURCES: tuple[str, ...] = (
 _QA_CORE = (
     *_BASE, *_DATA, "engram_eval/data/datasets.py",
     "engram_eval/provenance/__init__.py", "engram_eval/provenance/sources.py",
-    "engram_eval/provenance/sidecar.py",
+    "engram_eval/provenance/sidecar.py", "engram_eval/provenance/records.py",
     "engram_eval/runs/__init__.py", "engram_eval/runs/rows.py",
     # the bundled tokenizer's resolution, and the session dates' parser
     "engram_eval/retrieval/__init__.py", "engram_eval/retrieval/models.py",
