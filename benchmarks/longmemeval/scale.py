@@ -226,7 +226,7 @@ def main() -> int:
                                            "trace_sessions": args.stream_trace_sessions},
                                        "ray_workers": args.ray_workers})
     out = {**header, **table}
-    common.write_json(args.output, out)
+    common.checkpoint(args.output).finish(out)
     _plot(table, plot)
     print(f"wrote {args.output} and {plot}")
     return 0

@@ -70,6 +70,7 @@ def main() -> int:
                     help="denominator of the paired metrics (locomo for a LoCoMo file)")
     args, extra = ap.parse_known_args()
     common.refuse_existing(args.output)
+    doc = common.checkpoint(args.output)  # progress in OUTPUT.partial after each pass
     names = [p.strip() for p in args.passes.split(",") if p.strip()]
     unknown = [p for p in names if p not in PASSES]
     if unknown:
@@ -122,9 +123,8 @@ def main() -> int:
                  **{k: entry[k] for k in ("rerank_seconds_per_question",
                                           "rerank_over_first_stage") if k in entry}}
         print(json.dumps({name: shown}), flush=True)
-        common.write_json(str(args.output) + ".partial", out)
-    common.write_json(args.output, out)
-    common.remove_file(str(args.output) + ".partial")
+        doc.save(out)
+    doc.finish(out)
     return 0
 
 
