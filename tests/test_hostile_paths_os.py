@@ -532,7 +532,7 @@ from pathlib import Path
 import engram_eval.runs.merge as M
 
 ready, out, dataset, *shards = sys.argv[1:]
-real = M._row_line
+real = M.row_line
 count = [0]
 def slow(row):
     count[0] += 1
@@ -540,7 +540,7 @@ def slow(row):
         Path(ready).write_text("ready")
         time.sleep(600)
     return real(row)
-M._row_line = slow
+M.row_line = slow
 M.merge(shards, out, dataset=dataset)
 """
 
