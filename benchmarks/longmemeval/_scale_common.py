@@ -1,9 +1,8 @@
 """Shared pieces of the scale benchmarks (speed_variants.py, speed_rerank.py, speed_memo.py,
 scale.py): one measured run in a fresh subprocess (``speed.one_pass``), the provenance header,
 and the record kernel's whole-document discipline (:mod:`engram_eval.provenance.records`):
-every output refused before any work if it exists (:func:`refuse_existing`), the progress so
-far in ``OUTPUT.partial`` after each step and the final file written atomically
-(:func:`checkpoint`)."""
+every output refused before any work if it exists, then the progress so far in
+``OUTPUT.partial`` after each step and the final file written atomically (:func:`claim`)."""
 
 from __future__ import annotations
 
@@ -68,24 +67,20 @@ def _scheme() -> str:
     return int8_scheme()
 
 
-def refuse_existing(*paths: str | Path) -> None:
-    """Stop (SystemExit naming it) when an output exists, is a symbolic link (dangling or
-    not), or cannot be created (:func:`engram_eval.provenance.records.refuse_existing`)."""
+def claim(output: str | Path, *also: str | Path) -> Any:
+    """Claim the measurement document ``output`` (and ``also``: a plot) before any work: stop
+    (SystemExit naming it) when one exists, is a symbolic link (dangling or not), or cannot be
+    created (:func:`engram_eval.provenance.records.refuse_existing`). Returns its
+    :class:`~engram_eval.provenance.records.Checkpoint`: ``.save(doc)`` after each step (into
+    ``OUTPUT.partial``), ``.finish(doc)`` once (atomic; the partial file removed)."""
     from engram_eval.errors import EngramEvalError
-    from engram_eval.provenance.records import refuse_existing as refuse
+    from engram_eval.provenance.records import Checkpoint, refuse_existing
 
     try:
-        refuse(paths, hint="choose a new output name")
+        refuse_existing((output, *also), hint="choose a new output name")
     except (EngramEvalError, OSError) as e:
         raise SystemExit(str(e)) from None
-
-
-def checkpoint(path: str | Path) -> Any:
-    """The measurement document at ``path``: ``.save(doc)`` after each step (into
-    ``PATH.partial``), ``.finish(doc)`` once (atomic; the partial file removed)."""
-    from engram_eval.provenance.records import Checkpoint
-
-    return Checkpoint(path)
+    return Checkpoint(output)
 
 
 def remove_file(path: str | Path) -> None:

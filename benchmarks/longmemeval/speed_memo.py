@@ -48,8 +48,7 @@ def main() -> int:
     ap.add_argument("--scratch", help="directory for scratch rows and caches")
     ap.add_argument("--limit", type=int, default=30, help="first N questions of each dataset")
     args = ap.parse_args()
-    common.refuse_existing(args.output)
-    doc = common.checkpoint(args.output)  # progress in OUTPUT.partial after each pass
+    doc = common.claim(args.output)  # refused if it exists; progress in OUTPUT.partial
     datasets = {k: v for k, v in (("longmemeval", args.longmemeval),
                                   ("locomo", args.locomo)) if v}
     if not datasets:

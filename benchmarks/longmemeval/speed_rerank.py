@@ -69,8 +69,7 @@ def main() -> int:
     ap.add_argument("--protocol", default="answerable",
                     help="denominator of the paired metrics (locomo for a LoCoMo file)")
     args, extra = ap.parse_known_args()
-    common.refuse_existing(args.output)
-    doc = common.checkpoint(args.output)  # progress in OUTPUT.partial after each pass
+    doc = common.claim(args.output)  # refused if it exists; progress in OUTPUT.partial
     names = [p.strip() for p in args.passes.split(",") if p.strip()]
     unknown = [p for p in names if p not in PASSES]
     if unknown:

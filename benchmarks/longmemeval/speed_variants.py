@@ -68,8 +68,7 @@ def main() -> int:
     ap.add_argument("--no-warm", action="store_true", help="skip the warm passes")
     ap.add_argument("--embedding-model", default="all-MiniLM-L6-v2")
     args, extra = ap.parse_known_args()
-    common.refuse_existing(args.output)
-    doc = common.checkpoint(args.output)  # progress in OUTPUT.partial after each pass
+    doc = common.claim(args.output)  # refused if it exists; progress in OUTPUT.partial
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in names if v not in VARIANTS]
     if unknown:
