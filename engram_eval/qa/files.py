@@ -74,7 +74,8 @@ def fingerprint(meta: Mapping[str, Any], fields: Sequence[str]) -> str:
 
 
 def read_plain_sidecar(output: str | Path) -> dict[str, Any]:
-    """The sidecar of ``output`` as a JSON object (:func:`engram_eval.provenance.records.read_meta`)."""
+    """The sidecar of ``output`` as a JSON object
+    (:func:`engram_eval.provenance.records.read_meta`)."""
     return read_meta(output)
 
 
