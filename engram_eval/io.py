@@ -264,13 +264,16 @@ def _kind(mode: int) -> str:
 
 def input_problem(path: str | Path) -> str | None:
     """Why ``path`` cannot be read as an input file (``"file not found"``, ``"is a
-    directory, not a regular file"``, ...), or None for a regular file. Never opens it."""
+    directory, not a regular file"``, a loop of symbolic links, ...), or None for a regular
+    file. Never opens it."""
     import stat
 
     try:
         mode = os.stat(path).st_mode
-    except OSError:  # as os.path.exists: whatever cannot be stat-ed is not found
+    except OSError as e:  # as os.path.exists: whatever cannot be stat-ed is not found
         link = link_problem(path)  # a dangling link says where it points
+        if e.errno == _errno.ELOOP:  # not missing: it never resolves
+            return link or "lies behind a loop of symbolic links (it never resolves)"
         return "file not found" + (f" ({link})" if link else "")
     return None if stat.S_ISREG(mode) else f"is a {_kind(mode)}, not a regular file"
 
@@ -351,6 +354,16 @@ def atomic_write(path: str | Path, data: str | bytes) -> None:
             raise
 
 
+def already_exists(path: str | Path, rest: str = "refusing to overwrite") -> str:
+    """The message refusing an output ``path`` that exists: ``"P already exists; <rest>"``,
+    or, for a directory where an output file was asked for, that it is a directory (one
+    clear error, not "already exists" nor a resume hint)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        return (f"{path} is a directory where an output file goes; choose another output "
+                "name (nothing was written)")
+    return f"{path} already exists; {rest}"
+
+
 def exclusive_write(path: str | Path, data: str | bytes) -> None:
     """Create ``path`` with ``data`` atomically, failing with FileExistsError if it exists.
 
@@ -367,7 +380,7 @@ def exclusive_write(path: str | Path, data: str | bytes) -> None:
         try:
             os.link(tmp, p)
         except FileExistsError:
-            raise FileExistsError(f"{p} already exists; refusing to overwrite") from None
+            raise FileExistsError(already_exists(p)) from None
         finally:
             _unlink_quietly(tmp, p.parent)
 
@@ -380,15 +393,22 @@ def _unlink_quietly(path: str | Path, root: str | Path) -> None:
 # -- contained removal and output paths ----------------------------------------------------
 def link_problem(path: str | Path) -> str | None:
     """``"is a symbolic link (to 'T')"`` (with ``", which does not exist"`` for a dangling
-    one) when ``path`` itself is a symbolic link, else None. Never follows it."""
+    one, ``"), in a loop of symbolic links that never resolves"`` for a loop) when ``path``
+    itself is a symbolic link, else None. Never follows it."""
     if not os.path.islink(path):
         return None
     try:
         target = os.readlink(path)
     except OSError:  # pragma: no cover - replaced in between
         target = "?"
-    gone = "" if os.path.exists(path) else ", which does not exist"
-    return f"is a symbolic link (to {target!r}{gone})"
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == _errno.ELOOP:
+            return f"is a symbolic link (to {target!r}) in a loop of symbolic links that never " \
+                "resolves"
+        return f"is a symbolic link (to {target!r}, which does not exist)"
+    return f"is a symbolic link (to {target!r})"
 
 
 def refuse_links(*paths: str | Path, what: str = "an output path") -> None:
@@ -524,7 +544,7 @@ def streaming_write(path: str | Path, *, exclusive: bool = True,
                 try:
                     os.link(tmp, p)
                 except FileExistsError:
-                    raise FileExistsError(f"{p} already exists; refusing to overwrite") from None
+                    raise FileExistsError(already_exists(p)) from None
             else:
                 os.replace(tmp, p)
     finally:

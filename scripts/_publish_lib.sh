@@ -7,6 +7,17 @@
 #   refuse_existing FILE ...   stop before anything runs when a file the publication would write
 #                              already exists (nothing is ever overwritten); creates OUT when set
 #   with_companions FILE ...   print each FILE and its .metadata.json and .summary.json
+#   freeze_then_run [--freeze-only] DATA NAME [options]
+#                              the held-out protocol of one configuration, in OUT: freeze
+#                              OUT/NAME.frozen.json (`engram-eval run DATA --validate-only
+#                              --freeze-source`, with the options) unless it exists, then run
+#                              DATA once under it into OUT/NAME.jsonl (the options and COMMON,
+#                              e.g. the cache), verify it (--rerun $VERIFY_RERUN --rerun-seed 0,
+#                              against DATA) and compress it; nothing when OUT/NAME.jsonl.gz
+#                              exists. --freeze-only: the manifest alone, for scripts that
+#                              freeze every configuration before any held-out run (the later
+#                              freeze_then_run finds it). HELDOUT_RUN (an array; default
+#                              $ENGRAM_EVAL run) is the command of the run.
 #
 # scripts/publish_longmemeval_dev.sh and scripts/publish_locomo.sh also set DATA, CACHE and OUT
 # (and optionally FORMAT: longmemeval|locomo; scripts/_publish_args.sh) and use
@@ -38,6 +49,26 @@ PUBLISH_PYTHON="${PUBLISH_PYTHON:-.venv/bin/python}"
 E="$ENGRAM_EVAL"
 PY="$PUBLISH_PYTHON"
 read -r -a PUBLISH_EXTRA <<< "${PUBLISH_EXTRA_ARGS:-}"
+
+freeze_then_run() {
+  local freeze_only=0 data name frozen
+  if [ "${1:-}" = --freeze-only ]; then freeze_only=1; shift; fi
+  data="$1" name="$2"
+  shift 2
+  frozen="$OUT/$name.frozen.json"
+  [ -e "$OUT/$name.jsonl.gz" ] && return 0
+  mkdir -p "$OUT"
+  [ -e "$frozen" ] || "$ENGRAM_EVAL" run "$data" --validate-only --freeze-source "$frozen" \
+    "$@" | tail -n 2
+  [ "$freeze_only" -eq 1 ] && return 0
+  local runner=("$ENGRAM_EVAL" run)
+  if [ -n "${HELDOUT_RUN+x}" ]; then runner=("${HELDOUT_RUN[@]}"); fi
+  "${runner[@]}" "$data" --frozen-source "$frozen" --output "$OUT/$name.jsonl" "$@" \
+    ${COMMON[@]+"${COMMON[@]}"} | tail -n 12
+  "$ENGRAM_EVAL" verify "$OUT/$name.jsonl" --dataset "$data" --rerun "$VERIFY_RERUN" \
+    --rerun-seed 0 | tail -n 2
+  "$ENGRAM_EVAL" compress "$OUT/$name.jsonl" > /dev/null
+}
 
 run_files() {
   local b="$OUT/$1.jsonl" s

@@ -7,7 +7,7 @@
 # (or set ENGRAM_TORCH_SPEC, e.g. ENGRAM_TORCH_SPEC="torch>=2.1").
 #
 # ENGRAM_EVAL_BROWSER_TESTS=1 also installs Debian's chromium (apt-get, as root or with
-# passwordless sudo) when no chromium is on PATH: tests/test_report_browser.py opens the
+# passwordless sudo) when no chromium is on PATH: tests/report/test_report_browser.py opens the
 # `engram-eval report` pages in it and skips, saying why, where it is absent. .ci/run sets it.
 set -euo pipefail
 cd "$(dirname "$0")/.."

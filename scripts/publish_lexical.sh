@@ -94,26 +94,8 @@ first() {
       "$OUT/tune_loc_$v.yaml" --cluster id-prefix
   done
   echo "== 4. choice per structure: the best cross-validated estimate (ties: listed first)"
-  [ -e "$OUT/lexical_choice.json" ] || "$PY" - "$OUT" "${LME_VARIANTS[*]}" "${LOC_VARIANTS[*]}" <<'PY'
-import json, sys
-from pathlib import Path
-from engram_eval.io import atomic_write
-out = Path(sys.argv[1])
-report = {"rule": "per structure, the variant whose `engram-eval tune` cross-validated "
-                  "estimate is highest (5 folds; by conversation on LoCoMo); ties: the one "
-                  "listed first", "structures": {}}
-for kind, prefix, names in (("chat", "lme", sys.argv[2]), ("people", "loc", sys.argv[3])):
-    est = {}
-    for v in names.split():
-        t = json.loads((out / f"tune_{prefix}_{v}.yaml.tuning.json").read_text())
-        est[v] = {"cv_estimate": t["cross_validation"]["estimate"],
-              "in_sample": t["in_sample_score"],
-                  "report": f"tune_{prefix}_{v}.yaml.tuning.json"}
-    best = max(est, key=lambda v: (est[v]["cv_estimate"], -list(est).index(v)))
-    report["structures"][kind] = {"variants": est, "chosen": best}
-atomic_write(out / "lexical_choice.json", json.dumps(report, indent=1) + "\n")
-print(json.dumps({k: v["chosen"] for k, v in report["structures"].items()}))
-PY
+  [ -e "$OUT/lexical_choice.json" ] || "$PY" -m engram_eval.analysis.lexical_choice "$OUT" \
+    "${LME_VARIANTS[*]}" "${LOC_VARIANTS[*]}"
   local chat people
   chat=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['structures']['chat']['chosen'])" "$OUT/lexical_choice.json")
   people=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['structures']['people']['chosen'])" "$OUT/lexical_choice.json")
@@ -171,21 +153,8 @@ heldout() {
   local v2=engram-ce-minilm-v2
   echo "== the frozen first stage: tuned_first_stage.yaml without its rerank fields (a YAML"
   echo "   value is explicit and would override the reranker's card)"
-  [ -e "$OUT/heldout_config.yaml" ] || "$PY" - "$OUT/tuned_first_stage.yaml" \
-    "$OUT/heldout_config.yaml" <<'PY'
-import sys
-import yaml
-from engram_eval.io import exclusive_write
-from engram_eval.retrieval.settings import CARD_FIELDS
-src, out = sys.argv[1:]
-with open(src, encoding="utf-8") as f:
-    cfg = yaml.safe_load(f)
-drop = {*CARD_FIELDS, "rerank", "reranker_model"}
-kept = {k: v for k, v in cfg.items() if k not in drop}
-head = (f"# {src} without its rerank fields ({', '.join(sorted(drop))}): they come from\n"
-        "# the command line or the reranker's card. Load with engram-eval run --config\n")
-exclusive_write(out, head + yaml.safe_dump(kept, sort_keys=False))
-PY
+  [ -e "$OUT/heldout_config.yaml" ] || "$PY" -m engram_eval.analysis.first_stage \
+    "$OUT/tuned_first_stage.yaml" "$OUT/heldout_config.yaml"
   echo "== every configuration frozen before any held-out run"
   declare -A DATA CFG
   DATA[lme_first_stage]="$LME_HELD"; CFG[lme_first_stage]="--no-rerank"
@@ -195,15 +164,13 @@ PY
   local names=(lme_first_stage lme_default locomo_default locomo_bm25_only) n
   for n in "${names[@]}"; do
     # shellcheck disable=SC2086
-    [ -e "$OUT/heldout_$n.frozen.json" ] || "$E" run "${DATA[$n]}" --validate-only \
-      --freeze-source "$OUT/heldout_$n.frozen.json" --config "$OUT/heldout_config.yaml" \
-      ${CFG[$n]} | tail -n 2
+    freeze_then_run --freeze-only "${DATA[$n]}" "heldout_$n" \
+      --config "$OUT/heldout_config.yaml" ${CFG[$n]}
   done
   echo "== one run each"
   for n in "${names[@]}"; do
     # shellcheck disable=SC2086
-    run_to "${DATA[$n]}" "$OUT/heldout_$n.jsonl" --frozen-source "$OUT/heldout_$n.frozen.json" \
-      --config "$OUT/heldout_config.yaml" ${CFG[$n]}
+    freeze_then_run "${DATA[$n]}" "heldout_$n" --config "$OUT/heldout_config.yaml" ${CFG[$n]}
   done
   echo "== paired comparisons"
   local pairs=(

@@ -107,12 +107,9 @@ echo "== 6. freeze, then one run on the held-out part"
 if [ "$CHOSEN" = none ]; then FINAL=(); else
   # shellcheck disable=SC2206
   FINAL=("${RR[@]}" --reranker-model "$SCRATCH/ce_tune" ${BLEND[$CHOSEN]}); fi
-"$E" run "$HELD" --validate-only --freeze-source "$OUT/heldout_rerank.frozen.json" \
-  "${FIRST[@]}" "${FINAL[@]}"
-"$PY" benchmarks/longmemeval/run.py "$HELD" --frozen-source "$OUT/heldout_rerank.frozen.json" \
-  --output "$OUT/heldout_rerank.jsonl" "${FIRST[@]}" "${COMMON[@]}" "${FINAL[@]}" | tail -n 12
-"$E" verify "$OUT/heldout_rerank.jsonl" --dataset "$HELD" --rerun 3 --rerun-seed 0 | tail -n 2
-"$E" compress "$OUT/heldout_rerank.jsonl" > /dev/null
+# shellcheck disable=SC2034  # read by freeze_then_run (scripts/_publish_lib.sh)
+HELDOUT_RUN=("$PY" benchmarks/longmemeval/run.py)
+freeze_then_run "$HELD" heldout_rerank "${FIRST[@]}" "${FINAL[@]}"
 
 echo "== 7. paired comparisons on the held-out part"
 for n in default bm25_only; do

@@ -111,12 +111,7 @@ run_heldout() {  # $1: model name; frozen first, one run, verify --rerun 3, comp
   if [ "$CHOSEN" != none ]; then
     # shellcheck disable=SC2206
     FINAL=("${RR[@]}" --reranker-model "$SCRATCH/$m" ${BLEND[$CHOSEN]}); fi
-  [ -e "$OUT/heldout_$m.frozen.json" ] || "$E" run "$LOC_HELD" --validate-only \
-    --freeze-source "$OUT/heldout_$m.frozen.json" "${FIRST[@]}" "${FINAL[@]}"
-  "$E" run "$LOC_HELD" --frozen-source "$OUT/heldout_$m.frozen.json" \
-    --output "$OUT/heldout_$m.jsonl" "${FIRST[@]}" "${COMMON[@]}" "${FINAL[@]}" | tail -n 12
-  "$E" verify "$OUT/heldout_$m.jsonl" --dataset "$LOC_HELD" --rerun 3 --rerun-seed 0 | tail -n 2
-  "$E" compress "$OUT/heldout_$m.jsonl" > /dev/null
+  freeze_then_run "$LOC_HELD" "heldout_$m" "${FIRST[@]}" "${FINAL[@]}"
   # paired comparisons, clustered by conversation, against today's no-rerank default and BM25
   for n in tuned bm25_only; do
     "$E" compare "$STRUCT/heldout_locomo_$n.jsonl.gz" "$OUT/heldout_$m.jsonl.gz" \

@@ -109,12 +109,7 @@ else
               --rerank-candidates 35 --reranker-backend onnx
               --reranker-model "$SCRATCH/ce_tune" --fusion-alpha "${CHOSEN##*_a}");;
   esac
-  [ -e "$OUT/heldout_rerank_unit.frozen.json" ] || "$E" run "$HELD" --validate-only \
-    --freeze-source "$OUT/heldout_rerank_unit.frozen.json" "${FIRST[@]}" "${FINAL[@]}"
-  "$E" run "$HELD" --frozen-source "$OUT/heldout_rerank_unit.frozen.json" \
-    --output "$OUT/heldout_rerank_unit.jsonl" "${FIRST[@]}" "${COMMON[@]}" "${FINAL[@]}" | tail -n 12
-  "$E" verify "$OUT/heldout_rerank_unit.jsonl" --dataset "$HELD" --rerun 3 --rerun-seed 0 | tail -n 2
-  "$E" compress "$OUT/heldout_rerank_unit.jsonl" > /dev/null
+  freeze_then_run "$HELD" heldout_rerank_unit "${FIRST[@]}" "${FINAL[@]}"
   "$E" compare "$OUT/heldout_rerank.jsonl.gz" "$OUT/heldout_rerank_unit.jsonl.gz" \
     --output "$OUT/compare_rerank_unit_vs_rerank.json" | tail -n 20
 fi

@@ -39,17 +39,9 @@ mkdir -p "$OUT" "$SCRATCH"
 # shellcheck source=scripts/_rerank_lib.sh
 source "$(dirname "$0")/_rerank_lib.sh"
 
-heldout() {  # $1 part, $2 name, rest: run options. Frozen first, one run, verify, compress.
-  local part="$1" n="$2"
-  shift 2
-  [ -e "$OUT/$n.jsonl.gz" ] && return 0
-  [ -e "$OUT/$n.frozen.json" ] || "$E" run "$part" --validate-only \
-    --freeze-source "$OUT/$n.frozen.json" "$@"
-  "$PY" benchmarks/longmemeval/run.py "$part" --frozen-source "$OUT/$n.frozen.json" \
-    --output "$OUT/$n.jsonl" "${COMMON[@]}" "$@" | tail -n 14
-  "$E" verify "$OUT/$n.jsonl" --dataset "$part" --rerun 3 --rerun-seed 0 | tail -n 2
-  "$E" compress "$OUT/$n.jsonl" > /dev/null
-}
+# each held-out run: frozen first, one run, verify, compress (freeze_then_run, _publish_lib.sh)
+# shellcheck disable=SC2034  # read by freeze_then_run (scripts/_publish_lib.sh)
+HELDOUT_RUN=("$PY" benchmarks/longmemeval/run.py)
 
 compare() {  # $1 baseline result, $2 result, $3 name, rest: compare options
   local a="$1" b="$2" n="$3"
@@ -63,8 +55,8 @@ case "$STEP" in
   lme)
     recreate_split results/longmemeval_s_dev_split/split_manifest.json "$LME" "$SCRATCH/lme"
     HELD=$(part_of "$SCRATCH/lme" heldout)
-    heldout "$HELD" heldout_lme_shipped --rerank --reranker-model "$NAME"
-    heldout "$HELD" heldout_lme_fp32 "${FP32_ARGS[@]}"
+    freeze_then_run "$HELD" heldout_lme_shipped --rerank --reranker-model "$NAME"
+    freeze_then_run "$HELD" heldout_lme_fp32 "${FP32_ARGS[@]}"
     compare "$OUT/heldout_lme_fp32.jsonl.gz" "$OUT/heldout_lme_shipped.jsonl.gz" shipped_vs_fp32
     compare results/longmemeval_s_dev_rerank/heldout_rerank.jsonl.gz \
       "$OUT/heldout_lme_shipped.jsonl.gz" shipped_vs_section6
@@ -74,7 +66,7 @@ case "$STEP" in
   locomo)
     recreate_split results/structure/locomo_split_manifest.json "$LOCOMO" "$SCRATCH/loc"
     HELD=$(part_of "$SCRATCH/loc" heldout)
-    heldout "$HELD" heldout_locomo_shipped --rerank --reranker-model "$NAME"
+    freeze_then_run "$HELD" heldout_locomo_shipped --rerank --reranker-model "$NAME"
     for n in tuned bm25_only; do
       compare "results/structure/heldout_locomo_$n.jsonl.gz" \
         "$OUT/heldout_locomo_shipped.jsonl.gz" "locomo_shipped_vs_$n" --cluster id-prefix

@@ -37,7 +37,7 @@ mkdir -p "$OUT" "$SCRATCH/lme" "$SCRATCH/loc"
 # torch embeddings, as every published LongMemEval and LoCoMo run (so the held-out comparisons
 # against them differ in the fusion settings only)
 FIRST=(--embedding-backend sentence_transformers)
-COMMON=(--cache-dir "$CACHE" --no-progress "${FIRST[@]}")
+COMMON=(--cache-dir "$CACHE" --no-progress)
 
 echo "== 1. parts"
 [ -e "$SCRATCH/lme/split_manifest.json" ] || \
@@ -53,7 +53,7 @@ cp "$SCRATCH/loc/split_manifest.json" "$OUT/locomo_split_manifest.json"
 cp "$SCRATCH/loc/split_manifest.json.metadata.json" "$OUT/locomo_split_manifest.json.metadata.json"
 
 echo "== 2. LoCoMo tuning run (every candidate signal computed and traced)"
-"$E" run "$LOC_TUNE" --output "$OUT/locomo_tuning_run.jsonl" "${COMMON[@]}" \
+"$E" run "$LOC_TUNE" --output "$OUT/locomo_tuning_run.jsonl" "${COMMON[@]}" "${FIRST[@]}" \
   --use-dense --use-bm25-user --use-bm25-assistant --use-bm25-turn --use-bm25-prf \
   --use-dense-rocchio --no-rerank | tail -n 3
 "$E" verify "$OUT/locomo_tuning_run.jsonl" --dataset "$LOC_TUNE" --rerun 3 --rerun-seed 0 > /dev/null
@@ -74,17 +74,13 @@ DATA[lme_tuned]="$LME_HELD";      CFG[lme_tuned]="--config $OUT/tuned_by_structu
 NAMES=(locomo_tuned locomo_default locomo_bm25_only lme_tuned)
 for n in "${NAMES[@]}"; do
   # shellcheck disable=SC2086
-  "$E" run "${DATA[$n]}" --validate-only --freeze-source "$OUT/heldout_$n.frozen.json" \
-    "${FIRST[@]}" ${CFG[$n]}
+  freeze_then_run --freeze-only "${DATA[$n]}" "heldout_$n" "${FIRST[@]}" ${CFG[$n]}
 done
 
 echo "== 5. one run per configuration on its held-out part"
 for n in "${NAMES[@]}"; do
   # shellcheck disable=SC2086
-  "$E" run "${DATA[$n]}" --frozen-source "$OUT/heldout_$n.frozen.json" \
-    --output "$OUT/heldout_$n.jsonl" "${COMMON[@]}" ${CFG[$n]} | tail -n 3
-  "$E" verify "$OUT/heldout_$n.jsonl" --dataset "${DATA[$n]}" --rerun 3 --rerun-seed 0 > /dev/null
-  "$E" compress "$OUT/heldout_$n.jsonl" > /dev/null
+  freeze_then_run "${DATA[$n]}" "heldout_$n" "${FIRST[@]}" ${CFG[$n]}
 done
 
 echo "== 6. paired comparisons"

@@ -74,16 +74,13 @@ CFG[bm25_only]="--retriever bm25"
 NAMES=(default rrf_landed dense_only bm25_only)
 for n in "${NAMES[@]}"; do
   # shellcheck disable=SC2086
-  "$E" run "$HELD" --validate-only --freeze-source "$OUT/heldout_$n.frozen.json" ${CFG[$n]}
+  freeze_then_run --freeze-only "$HELD" "heldout_$n" ${CFG[$n]}
 done
 
 echo "== 5. one run per configuration on the held-out part"
 for n in "${NAMES[@]}"; do
   # shellcheck disable=SC2086
-  "$E" run "$HELD" --frozen-source "$OUT/heldout_$n.frozen.json" \
-    --output "$OUT/heldout_$n.jsonl" "${COMMON[@]}" ${CFG[$n]} | tail -n 3
-  "$E" verify "$OUT/heldout_$n.jsonl" --dataset "$HELD" --rerun 3 > /dev/null
-  "$E" compress "$OUT/heldout_$n.jsonl" > /dev/null
+  freeze_then_run "$HELD" "heldout_$n" ${CFG[$n]}
 done
 
 echo "== 6. paired comparisons of the new default against each"

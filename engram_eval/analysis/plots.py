@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError
+from engram_eval.io import already_exists
 
 INSTALL_HINT = "plots need matplotlib: pip install 'matplotlib>=3.7'"
 CURVE_FAMILIES = ("recall_any", "recall_all")
@@ -58,7 +59,7 @@ def _save(fig: Any, output: str | Path, overwrite: bool) -> Path:
         raise ConfigError(f"{out}: figure format must be .png, .svg or .pdf")
     refuse_links(out)  # even with overwrite: a link (dangling or not) is never replaced
     if not overwrite and out.exists():
-        raise FileExistsError(f"{out} already exists; refusing to overwrite")
+        raise FileExistsError(already_exists(out))
     buf = io.BytesIO()
     meta: dict[str, Any] = {"png": {"Software": None}, "svg": {"Date": None},
                             "pdf": {"CreationDate": None, "ModDate": None}}[fmt]

@@ -7,10 +7,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from engram_eval.io import already_exists
 from engram_eval.provenance.sidecar import sidecar_path
-from engram_eval.retrieval.flags import finite_float, seed_int
+from engram_eval.retrieval.flags import count_int, finite_float, output_file, seed_int
 
-__all__ = ["add_sidecar_arg", "check_free", "finite_float", "seed_int"]
+__all__ = ["add_sidecar_arg", "check_free", "count_int", "finite_float", "output_file",
+           "seed_int"]
 
 
 def add_sidecar_arg(p: Any) -> None:
@@ -26,4 +28,4 @@ def check_free(args: argparse.Namespace, *paths: str | None) -> None:
             continue
         for q in (Path(p), *(() if args.no_sidecar else (sidecar_path(p),))):
             if q.exists():
-                raise FileExistsError(f"{q} already exists; refusing to overwrite")
+                raise FileExistsError(already_exists(q))

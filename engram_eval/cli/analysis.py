@@ -10,7 +10,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from engram_eval.cli._common import add_sidecar_arg, check_free, finite_float, seed_int
+from engram_eval.cli._common import (
+    add_sidecar_arg,
+    check_free,
+    finite_float,
+    output_file,
+    seed_int,
+)
 from engram_eval.provenance.sources import derived_sources
 
 
@@ -46,8 +52,9 @@ def add_compare(sub: Any) -> None:
                    "grouped by their id before the first ':', e.g. a LoCoMo conversation: "
                    "cluster bootstrap, and a sign-flip test on cluster sums decides every "
                    "metric; an id without ':' is refused)")
-    c.add_argument("--output", help="write the report JSON here (must not exist)")
-    c.add_argument("--plot", help="write the per-type delta chart here (.png/.svg/.pdf)")
+    c.add_argument("--output", type=output_file,
+                   help="write the report JSON here (must not exist)")
+    c.add_argument("--plot", type=output_file, help="write the per-type delta chart here (.png/.svg/.pdf)")
     c.add_argument("--plot-metrics", nargs="+",
                    default=["recall_any@1", "recall_any@5", "recall_all@5", "ndcg_any@5"])
     _label_args(c)
@@ -105,7 +112,7 @@ def add_plot(sub: Any) -> None:
     pl = sub.add_parser("plot", help="recall_any@k and recall_all@k curves per question type "
                         "with the random baseline")
     pl.add_argument("run", help="result rows (.jsonl or .jsonl.gz)")
-    pl.add_argument("--output", required=True, help="figure path (.png/.svg/.pdf; must not exist)")
+    pl.add_argument("--output", required=True, type=output_file, help="figure path (.png/.svg/.pdf; must not exist)")
     pl.add_argument("--protocol", default=None,
                     help="default: answerable (LongMemEval) or locomo (LoCoMo rows)")
     _label_args(pl)
@@ -152,7 +159,8 @@ def add_analyze(sub: Any) -> None:
                     help="default: answerable (LongMemEval) or locomo (LoCoMo rows)")
     an.add_argument("--window", type=int, default=None,
                     help="candidate window (default: the run's rerank_candidates, else 35)")
-    an.add_argument("--output", help="write the report JSON here (must not exist)")
+    an.add_argument("--output", type=output_file,
+                    help="write the report JSON here (must not exist)")
     add_sidecar_arg(an)
 
 
@@ -183,7 +191,7 @@ def add_tune(sub: Any) -> None:
                     "tuned together, separately per chat structure "
                     "(engram_eval.analysis.tune_parts)")
     tn.add_argument("--grid", required=True, help="grid YAML (see engram_eval.analysis.tune.load_grid)")
-    tn.add_argument("--output", required=True, help="config YAML to write (must not exist); "
+    tn.add_argument("--output", required=True, type=output_file, help="config YAML to write (must not exist); "
                     "the report goes to OUTPUT.tuning.json")
     tn.add_argument("--objective", default=None, help="comma-separated metrics averaged "
                     "per question (default: recall_any@1,recall_all@5,ndcg_any@5)")

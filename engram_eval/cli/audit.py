@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from engram_eval.cli._common import add_sidecar_arg, check_free, seed_int
+from engram_eval.cli._common import add_sidecar_arg, check_free, output_file, seed_int
 from engram_eval.errors import EngramEvalError
 from engram_eval.provenance.sources import derived_sources
 
@@ -65,7 +65,8 @@ def add_score(sub: Any) -> None:
     s.add_argument("--dataset", required=True)
     s.add_argument("--protocol", action="append", dest="protocols")
     s.add_argument("--strict", action="store_true", help="error if a question has no ranking")
-    s.add_argument("--output", help="write the summary JSON here (must not exist)")
+    s.add_argument("--output", type=output_file,
+                   help="write the summary JSON here (must not exist)")
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -87,8 +88,10 @@ def cmd_score(args: argparse.Namespace) -> int:
 def add_export(sub: Any) -> None:
     e = sub.add_parser("export", help="export rankings without conversation text")
     e.add_argument("result")
-    e.add_argument("--public", help="write ids + scores JSONL here (must not exist)")
-    e.add_argument("--official-log", help="write a LongMemEval reference-layout log here")
+    e.add_argument("--public", type=output_file,
+                   help="write ids + scores JSONL here (must not exist)")
+    e.add_argument("--official-log", type=output_file,
+                   help="write a LongMemEval reference-layout log here")
     e.add_argument("--dataset", help="needed for --official-log")
 
 
@@ -111,8 +114,10 @@ def add_trec(sub: Any) -> None:
     tr = sub.add_parser("trec", help="export a run as a TREC run file and its gold as TREC "
                         "qrels (for trec_eval / ir_measures / ranx)")
     tr.add_argument("run", help="result rows (.jsonl or .jsonl.gz)")
-    tr.add_argument("--trec-run", help="write the run file here (must not exist)")
-    tr.add_argument("--trec-qrels", help="write the qrels here (must not exist)")
+    tr.add_argument("--trec-run", type=output_file,
+                    help="write the run file here (must not exist)")
+    tr.add_argument("--trec-qrels", type=output_file,
+                    help="write the qrels here (must not exist)")
     tr.add_argument("--protocol", default=None,
                     help="gold and question selection (default: answerable, or locomo)")
     tr.add_argument("--tag", help="run tag (default: the retriever name)")

@@ -8,7 +8,13 @@ import os
 import sys
 from typing import Any
 
-from engram_eval.cli._common import add_sidecar_arg, check_free, finite_float, seed_int
+from engram_eval.cli._common import (
+    add_sidecar_arg,
+    check_free,
+    finite_float,
+    output_file,
+    seed_int,
+)
 from engram_eval.provenance.sources import derived_sources
 
 
@@ -67,7 +73,7 @@ def add_make_stress(sub: Any) -> None:
     m.add_argument("--seed", type=seed_int, required=True, help="sampling seed")
     m.add_argument("--limit", type=int, help="write only the first N questions (fillers are "
                    "still drawn from every question)")
-    m.add_argument("--output", required=True,
+    m.add_argument("--output", required=True, type=output_file,
                    help="output file (.json, or .json.gz for gzip); must not exist; its "
                    "sidecar is OUTPUT.meta.json")
 

@@ -47,11 +47,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _redact_logs(args: argparse.Namespace) -> None:
+    """Every log line leaves with its URLs stripped of credentials and the command's API key
+    (``--api-key-env``) redacted: a library's debug output (the HTTP client logs each
+    request's URL, user info included, at INFO) must not carry a secret to the terminal."""
+    import os
+
+    from engram_eval.qa.client import RedactingFilter
+
+    key_env = getattr(args, "api_key_env", None)
+    secret = os.environ.get(key_env) if isinstance(key_env, str) else None
+    for handler in logging.getLogger().handlers:
+        for old in [f for f in handler.filters if isinstance(f, RedactingFilter)]:
+            handler.removeFilter(old)
+        handler.addFilter(RedactingFilter(secret))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    _redact_logs(args)
     set_offline_env()
     _, handler = commands()[args.command]
     try:

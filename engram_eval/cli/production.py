@@ -25,6 +25,7 @@ from typing import Any
 
 from engram_eval.errors import EngramEvalError
 from engram_eval.io import NotRegularFileError, UnsafePathError
+from engram_eval.retrieval.flags import count_int, finite_float, output_file, seed_int
 
 #: The settings groups that get options (every group of ProductionSettings but runtime).
 SETTINGS_GROUPS = {
@@ -179,7 +180,7 @@ def add_subcommands(sub: Any) -> None:
                        "(SQLite: records and their vectors), creating it when absent. A store "
                        "is searched only with the embedding model and piece settings it was "
                        "written with.")
-    s.add_argument("store", help="store file (SQLite)")
+    s.add_argument("store", type=output_file, help="store file (SQLite)")
     s.add_argument("--memories", required=True,
                    help='JSON: [{"id": ..., "text": ..., "date": "YYYY-MM-DD"}, ...]')
     add_settings_arguments(s)
@@ -219,15 +220,15 @@ def add_subcommands(sub: Any) -> None:
                         "engram_eval package)")
     r.add_argument("--validate-only", action="store_true",
                    help="validate the fixture (and calibration) and stop")
-    r.add_argument("--freeze-source", metavar="MANIFEST",
+    r.add_argument("--freeze-source", metavar="MANIFEST", type=output_file,
                    help="with --validate-only: write the frozen manifest here (exclusive)")
     r.add_argument("--frozen-source", metavar="MANIFEST",
                    help="run only if this frozen manifest matches (required for held-out "
                         "fixtures)")
-    r.add_argument("--output", help="result JSON (must not exist); summary and .metadata.json "
+    r.add_argument("--output", type=output_file, help="result JSON (must not exist); summary and .metadata.json "
                    "sidecar are written beside it")
     r.add_argument("--work-dir", help="directory for the per-case stores (one per case)")
-    r.add_argument("--ledger", help="held-out ledger (default: SOURCE_ROOT/results/"
+    r.add_argument("--ledger", type=output_file, help="held-out ledger (default: SOURCE_ROOT/results/"
                    "heldout_ledger.json, or $ENGRAM_EVAL_LEDGER)")
     add_settings_arguments(r)
     r.set_defaults(production_handler=_evaluation("run"))
@@ -242,10 +243,11 @@ def add_subcommands(sub: Any) -> None:
                        "engram_eval/production/data/settings_v1.json; the default "
                        "calibration_v2.json under the package defaults.")
     c.add_argument("--fixture", required=True, help="development fixture JSON")
-    c.add_argument("--output", required=True, help="calibration JSON (the package file)")
-    c.add_argument("--report", help="also write this report JSON and a .png reliability plot "
+    c.add_argument("--output", required=True, type=output_file,
+                   help="calibration JSON (the package file)")
+    c.add_argument("--report", type=output_file, help="also write this report JSON and a .png reliability plot "
                    "beside it")
-    c.add_argument("--l2", type=_finite, default=1e-3, help="L2 penalty (default 1e-3)")
+    c.add_argument("--l2", type=finite_float, default=1e-3, help="L2 penalty (default 1e-3)")
     add_settings_arguments(c)
     c.set_defaults(production_handler=_evaluation("calibrate"))
 
@@ -261,31 +263,52 @@ def add_subcommands(sub: Any) -> None:
     w.add_argument("dataset")
     w.add_argument("--dataset-label", required=True,
                    help='e.g. "LongMemEval S cleaned, development split"')
-    w.add_argument("--output", required=True, help="JSON (must not exist); PNG written beside")
-    w.add_argument("--max-questions", type=_positive,
+    w.add_argument("--output", required=True, type=output_file,
+                   help="JSON (must not exist); PNG written beside")
+    w.add_argument("--max-questions", type=count_int,
                    help="first N questions only (wiring checks)")
     add_cache_arguments(w)
     add_settings_arguments(w)
     w.set_defaults(production_handler=_evaluation("sweep"))
 
     f = sub.add_parser("calibrate-sessions", formatter_class=raw,
-                       help="fit calibration v3 on real sessions of tuning parts",
+                       help="fit calibration v3 on real sessions of tuning parts, or v4 "
+                            "per memory shape",
                        description="Fit calibration v3 (per-question context features, "
                        "out-of-fold isotonic or Platt mapping, a cut-off chosen for a target "
                        "precision) on tuning parts only (a held-out part is refused); write "
-                       "the calibration, the recorded settings that use it and a report.")
-    f.add_argument("--part", action="append", required=True, metavar="LABEL=PATH")
-    f.add_argument("--output", required=True, help="calibration JSON (the package file)")
-    f.add_argument("--settings-output", help="also write the recorded settings that use it")
-    f.add_argument("--report", help="report JSON (must not exist); .png beside it")
+                       "the calibration, the recorded settings that use it and a report.\n\n"
+                       "With --per-shape: calibration v4, one such model per memory shape "
+                       "(chat, people, short), each fitted on the parts whose data has that "
+                       "shape (read from the data: LongMemEval sessions are chat, LoCoMo "
+                       "conversations people, a production fixture of isolated memories "
+                       "short); production fixtures are given with --fixture (a held-out "
+                       "fixture is refused). Its recorded settings keep min_confidence.")
+    f.add_argument("--part", action="append", metavar="LABEL=PATH",
+                   help="a tuning part of a dataset (LongMemEval or LoCoMo)")
+    f.add_argument("--fixture", action="append", metavar="LABEL=PATH",
+                   help="with --per-shape: a training production fixture (train_short.json)")
+    f.add_argument("--per-shape", action="store_true",
+                   help="calibration v4: one model per memory shape read from the data")
+    f.add_argument("--feature-set", default="v3",
+                   help="with --per-shape: the named feature set "
+                        "(engram_eval.production.features.FEATURE_SETS; default v3)")
+    f.add_argument("--shape-target", action="append", default=[], metavar="SHAPE=X",
+                   help="with --per-shape: that shape's target precision (others: "
+                        "--target-precision)")
+    f.add_argument("--output", required=True, type=output_file,
+                   help="calibration JSON (the package file)")
+    f.add_argument("--settings-output", type=output_file,
+                   help="also write the recorded settings that use it")
+    f.add_argument("--report", type=output_file, help="report JSON (must not exist); .png beside it")
     f.add_argument("--every", action="append", default=[], metavar="LABEL=K",
                    help="for that part: every unanswerable question and every K-th other one "
                         "(file order)")
-    f.add_argument("--folds", type=_positive, default=5)
-    f.add_argument("--C", type=_finite, default=1.0)
+    f.add_argument("--folds", type=count_int, default=5)
+    f.add_argument("--C", type=finite_float, default=1.0)
     f.add_argument("--mapping", choices=("isotonic", "platt"), default="isotonic")
     f.add_argument("--calibrate-on", choices=("top", "pairs"), default="top")
-    f.add_argument("--target-precision", type=_finite, default=0.9)
+    f.add_argument("--target-precision", type=finite_float, default=0.9)
     f.add_argument("--min-returned", type=int, default=20)
     f.set_defaults(production_handler=_evaluation("calibrate_sessions"))
 
@@ -298,46 +321,20 @@ def add_subcommands(sub: Any) -> None:
     m.add_argument("dataset")
     m.add_argument("--source-root", required=True)
     m.add_argument("--dataset-label")
-    m.add_argument("--output", help="JSON (must not exist); .png beside it")
+    m.add_argument("--output", type=output_file, help="JSON (must not exist); .png beside it")
     m.add_argument("--validate-only", action="store_true")
-    m.add_argument("--freeze-source", metavar="MANIFEST")
+    m.add_argument("--freeze-source", metavar="MANIFEST", type=output_file)
     m.add_argument("--frozen-source", metavar="MANIFEST")
-    m.add_argument("--ledger")
-    m.add_argument("--bins", type=_positive, default=15)
-    m.add_argument("--resamples", type=_positive, default=2000)
-    m.add_argument("--seed", type=_seed, default=0)
+    m.add_argument("--ledger", type=output_file)
+    m.add_argument("--bins", type=count_int, default=15)
+    m.add_argument("--resamples", type=count_int, default=2000)
+    m.add_argument("--seed", type=seed_int, default=0)
     m.set_defaults(production_handler=_evaluation("measure"))
     for p in (f, m):
-        p.add_argument("--max-questions", type=_positive,
+        p.add_argument("--max-questions", type=count_int,
                        help="first N questions (wiring checks)")
         add_cache_arguments(p)
         add_settings_arguments(p)
-
-
-def _finite(text: str) -> float:
-    from engram_eval.retrieval.flags import finite_float
-
-    return finite_float(text)
-
-
-def _seed(text: str) -> int:
-    from engram_eval.retrieval.flags import seed_int
-
-    return seed_int(text)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1")
-    return value
-
-
-_finite.__name__ = "number"  # argparse names the type in its usage error
-_positive.__name__ = "integer"
 
 
 def add_production(sub: Any) -> None:

@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import Any
 
-from engram_eval.cli._common import finite_float, seed_int
+from engram_eval.cli._common import finite_float, output_file, seed_int
 
 
 def add_export_context(sub: Any) -> None:
@@ -19,7 +19,7 @@ def add_export_context(sub: Any) -> None:
     c.add_argument("run", help="finished result file (.jsonl or .jsonl.gz) with its sidecar")
     c.add_argument("--dataset", required=True, help="the dataset the run was made over")
     c.add_argument("--top-k", type=int, required=True, help="sessions per question")
-    c.add_argument("--output", required=True, help="context JSONL (.gz: gzip, deterministic); "
+    c.add_argument("--output", required=True, type=output_file, help="context JSONL (.gz: gzip, deterministic); "
                    "must not exist")
     c.add_argument("--no-progress", action="store_true")
 
@@ -69,7 +69,7 @@ def add_answer(sub: Any) -> None:
                        "lines)")
     a.add_argument("context", help="context export (export-context)")
     a.add_argument("--model", required=True, help="model name the endpoint serves")
-    a.add_argument("--output", required=True, help="hypotheses JSONL (must not exist unless "
+    a.add_argument("--output", required=True, type=output_file, help="hypotheses JSONL (must not exist unless "
                    "--resume)")
     a.add_argument("--temperature", type=finite_float, default=0.0)
     a.add_argument("--max-tokens", type=int, default=None)
@@ -100,7 +100,7 @@ def add_judge(sub: Any) -> None:
     j.add_argument("hypotheses", help="hypotheses JSONL ({question_id, hypothesis} lines)")
     j.add_argument("--dataset", required=True, help="the LongMemEval file (answers, types)")
     j.add_argument("--judge-model", required=True, help="the judge model's name")
-    j.add_argument("--output", help="judgements JSONL (default: HYP.judged.<model>.jsonl); "
+    j.add_argument("--output", type=output_file, help="judgements JSONL (default: HYP.judged.<model>.jsonl); "
                    "the report goes to <output>.report.json")
     j.add_argument("--context", help="the context export the hypotheses were answered from "
                    "(default: the one their sidecar names) for the split by retrieval evidence")

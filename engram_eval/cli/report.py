@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from engram_eval.cli._common import add_sidecar_arg, check_free, seed_int
+from engram_eval.cli._common import add_sidecar_arg, check_free, output_file, seed_int
 from engram_eval.provenance.sources import derived_sources
 
 
@@ -20,7 +20,8 @@ def add_report(sub: Any) -> None:
                    "questions)")
     r.add_argument("--dataset", help="the dataset file the run used: runs verify (without it "
                    "the page says 'not verified') and shows question and turn texts")
-    r.add_argument("--output", required=True, help="HTML file to write (must not exist)")
+    r.add_argument("--output", required=True, type=output_file,
+                   help="HTML file to write (must not exist)")
     r.add_argument("--k", type=int, default=5, help="cut-off of hit/miss (recall_all@k), of "
                    "gained/lost and of the miss analysis (default 5)")
     r.add_argument("--protocol", default=None,

@@ -7,6 +7,7 @@ import argparse
 import sys
 from typing import Any
 
+from engram_eval.cli._common import output_file
 from engram_eval.errors import EngramEvalError
 
 
@@ -15,7 +16,7 @@ def add_run(sub: Any) -> None:
 
     r = sub.add_parser("run", help="rank every selected question and score it")
     r.add_argument("dataset", help="LongMemEval (.json/.json.gz) or LoCoMo file")
-    r.add_argument("--output", help="result JSONL (must not exist unless --resume; required "
+    r.add_argument("--output", type=output_file, help="result JSONL (must not exist unless --resume; required "
                    "unless --validate-only)")
     r.add_argument("--frozen-source", metavar="MANIFEST",
                    help="run only if this frozen manifest (sources, models, settings, dataset) "
@@ -23,7 +24,7 @@ def add_run(sub: Any) -> None:
     r.add_argument("--validate-only", action="store_true",
                    help="load and check the dataset and settings, write nothing but "
                         "--freeze-source, load no model")
-    r.add_argument("--freeze-source", metavar="MANIFEST",
+    r.add_argument("--freeze-source", metavar="MANIFEST", type=output_file,
                    help="with --validate-only: write the frozen manifest (exclusive creation)")
     r.add_argument("--resume", action="store_true",
                    help="continue an interrupted run after verifying its provenance and "
@@ -70,7 +71,7 @@ def add_merge(sub: Any) -> None:
     g = sub.add_parser("merge", help="join the shards (--shard I/N runs) of one run into "
                        "one result that `verify` accepts")
     g.add_argument("shards", nargs="+", help="every shard's result file")
-    g.add_argument("--output", required=True, help="merged result JSONL (must not exist)")
+    g.add_argument("--output", required=True, type=output_file, help="merged result JSONL (must not exist)")
     g.add_argument("--dataset", required=True,
                    help="the dataset file the shards were run on: every shard must pass "
                    "`verify` against it (every check ran and passed) before it is merged")

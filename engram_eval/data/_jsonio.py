@@ -15,6 +15,12 @@ held elsewhere (:func:`parse_json_text`: a database value). The contract, for ea
   before anything is returned; Python's recursion limit is never reached by a caller
   (a ``RecursionError`` of the parser is caught and located);
 * a UTF-8 byte order mark at the start of the file is accepted (and dropped);
+* a lone surrogate escape (``"\\ud800"`` not followed by its low half, or a low half alone)
+  is refused, found in the bytes before a parser sees them (:func:`lone_surrogate`), so the
+  whole-file and the streaming loaders give the same error (the ``json`` module would
+  return the surrogate, ijson's C backend a ``?``); a pair (``"\\ud83d\\ude00"``) is one
+  character, the same in both; bytes that are not UTF-8 (an encoded surrogate included)
+  are refused too;
 * every failure is one :class:`engram_eval.errors.InputError` (a :class:`DataError`) naming
   the file, the record (``(file)``, ``line N``, ``question_id=... (index N)``) and, where
   known, the field. A missing file is the ``FileNotFoundError`` it was (callers say what
@@ -23,9 +29,12 @@ held elsewhere (:func:`parse_json_text`: a database value). The contract, for ea
 
 from __future__ import annotations
 
+import codecs
+import errno
 import gzip
 import io
 import json
+import re
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -37,7 +46,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
 from engram_eval.errors import DataError, InputError
-from engram_eval.io import open_regular
+from engram_eval.io import input_problem, open_regular
 
 GZIP_MAGIC = b"\x1f\x8b"
 FILE_RECORD = "(file)"
@@ -103,6 +112,8 @@ def _read_problem(path: Path, exc: BaseException) -> str:
     """What an error met while opening or reading ``path`` says, in words."""
     if isinstance(exc, (EOFError, zlib.error, gzip.BadGzipFile)):
         return f"not a valid gzip stream: {exc}"
+    if isinstance(exc, OSError) and exc.errno == errno.ELOOP:  # said as every input says it
+        return f"cannot read file: {input_problem(path) or exc}"
     return f"cannot read file: {exc}"
 
 
@@ -218,6 +229,122 @@ class _RunWatch:
         return longest if longest > limit else 0
 
 
+#: A ``\uXXXX`` escape of a UTF-16 surrogate (``D800``-``DFFF``), from its backslash; whether
+#: that backslash starts an escape is decided by the backslashes before it (an odd run of
+#: them ends in an escaped backslash, and ``uD800`` is then plain text).
+_SURROGATE_B = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE_S = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+#: The low half (``DC00``-``DFFF``) that must follow a high one at once.
+_LOW_B = re.compile(rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+_LOW_S = re.compile(r"\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+#: Length of one ``\uXXXX`` escape.
+ESCAPE_LEN = 6
+
+
+def lone_surrogate(buf: bytes | str, end: int | None = None, *, before: int = 0,
+                   paired: int = -1) -> tuple[int, int]:
+    """``(index, paired)``: the index in the JSON text ``buf`` of the backslash of its first
+    lone surrogate escape -- a high half (``\\ud800``-``\\udbff``) not followed at once by a
+    low half (``\\udc00``-``\\udfff``), or a low half without a high one -- or -1 when there
+    is none; ``paired`` is the index of the low half of the last pair read (-1: none).
+
+    Only escapes whose backslash lies before ``end`` (default: the whole of ``buf``) are
+    judged; the caller of a stream keeps the bytes from ``end`` on for the next call, at least
+    ``2 * ESCAPE_LEN`` of them, so a pair cut by a block edge is seen whole. ``before``: the
+    number (or its parity) of backslashes right before ``buf[0]``; ``paired``: from the
+    previous call, moved to this ``buf``'s indexes. A regular expression finds the (rare)
+    surrogate escapes; the run of backslashes before one is counted by hand, once."""
+    text = isinstance(buf, str)
+    pattern: Any = _SURROGATE_S if text else _SURROGATE_B
+    low: Any = _LOW_S if text else _LOW_B
+    slash: Any = "\\" if text else 0x5C
+    high: Any = "89abAB" if text else b"89abAB"
+    stop = len(buf) if end is None else end
+    for m in pattern.finditer(buf):
+        at = m.start()
+        if at >= stop:
+            break
+        k = at
+        while k > 0 and buf[k - 1] == slash:
+            k -= 1
+        if (at - k + (before if k == 0 else 0)) % 2:
+            continue  # an escaped backslash, then plain text
+        if at == paired:
+            continue  # the low half of a pair read already
+        if buf[at + 3:at + 4] in high and low.match(buf, at + ESCAPE_LEN):
+            paired = at + ESCAPE_LEN
+            continue
+        return at, paired
+    return -1, paired
+
+
+class _SurrogateWatch:
+    """:func:`lone_surrogate` over a stream of blocks, in bounded memory: each block is
+    judged up to ``2 * ESCAPE_LEN`` bytes before its end and the rest held for the next one.
+    :meth:`feed` returns the bytes judged clean (what a parser may be given); ``lone`` is the
+    offset of the first lone surrogate escape from the stream's start (-1: none yet)."""
+
+    KEEP = 2 * ESCAPE_LEN
+
+    def __init__(self) -> None:
+        self.held = b""  # bytes not yet judged
+        self.base = 0  # offset of held[0]
+        self.before = 0  # parity of the backslashes right before held[0]
+        self.paired = -1  # index in held of a pair's low half already read
+        self.lone = -1
+        self.escape = ""  # the lone escape's text
+
+    def feed(self, block: bytes) -> bytes:
+        """Take the next block (``b""``: the end of the stream); the bytes now judged clean,
+        ``b""`` once a lone surrogate escape is found."""
+        buf = self.held + block if self.held else block
+        end = max(0, len(buf) - self.KEEP) if block else len(buf)
+        at, paired = lone_surrogate(buf, end, before=self.before, paired=self.paired)
+        if at >= 0:
+            self.lone = self.base + at
+            self.escape = buf[at:at + ESCAPE_LEN].decode("ascii")
+            return b""
+        done = buf[:end]
+        run = end - len(done.rstrip(b"\\"))
+        self.before = (run + (self.before if run == end else 0)) % 2
+        self.paired = paired - end if paired >= end else -1
+        self.held = buf[end:]
+        self.base += end
+        return done
+
+    def finish(self, block: bytes, limit: int) -> None:
+        """The stream stops at offset ``limit`` (a byte that is not UTF-8, in ``block`` or
+        held): judge the escapes before it, as :func:`json_text` does."""
+        buf = self.held + block
+        end = min(len(buf), max(0, limit - self.base))
+        at, _ = lone_surrogate(buf, end, before=self.before, paired=self.paired)
+        if at >= 0:
+            self.lone = self.base + at
+            self.escape = buf[at:at + ESCAPE_LEN].decode("ascii")
+
+
+class _Utf8Watch:
+    """UTF-8 validity of a stream of blocks (an incremental decoder, its text dropped):
+    :meth:`check` returns the offset of the first byte that is not UTF-8, -1 while there is
+    none (``reason`` says what is wrong)."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")()
+        self.fed = 0
+        self.reason = ""
+
+    def check(self, block: bytes) -> int:
+        """Take the next block (``b""``: the end, where a cut sequence is an error)."""
+        pending = len(self._decoder.getstate()[0])
+        try:
+            self._decoder.decode(block, final=not block)
+        except UnicodeDecodeError as exc:
+            self.reason = str(exc.reason)
+            return self.fed - pending + exc.start
+        self.fed += len(block)
+        return -1
+
+
 def read_capped_bytes(path: str | Path, limit: int, *, what: str = "",
                       id_key: str | None = None) -> bytes:
     """The (decompressed) bytes of ``path``, a UTF-8 byte order mark dropped.
@@ -290,28 +417,15 @@ def _run_error(path: Path, prefix: bytes, run: int, id_key: str | None) -> Input
                       "further")
 
 
-def decode_json_bytes(path: str | Path, raw: bytes, record: str = FILE_RECORD, *,
-                      bom: bool = True) -> str:
-    """``raw`` as text: UTF-8 (a lone surrogate passes, as in ``json.loads`` of bytes), a
-    leading byte order mark dropped when ``bom``. Not UTF-8 is one :class:`InputError`."""
-    if bom and raw.startswith(UTF8_BOM):
-        raw = raw[len(UTF8_BOM):]
-    try:
-        return raw.decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError as exc:
-        raise InputError(path, record, ROOT_FIELD, f"not valid UTF-8 JSON text: {exc}"
-                         ) from None
-
-
 def parse_json_text(path: str | Path, text: str | bytes, record: str = FILE_RECORD, *,
                     id_key: str | None = None) -> Any:
     """Parse one JSON value held in memory (a whole file's text, one line, a database value)
     of ``path``; ``record`` names it in errors (``(file)``: a whole file, whose top-level list
     elements are then named by ``id_key``). Syntax errors, nesting deeper than
-    :data:`MAX_DEPTH` (``RecursionError`` never escapes) and strings longer than
-    :data:`MAX_STRING_CHARS` are one :class:`InputError` naming the record and field."""
-    if isinstance(text, bytes):
-        text = decode_json_bytes(path, text, record)
+    :data:`MAX_DEPTH` (``RecursionError`` never escapes), strings longer than
+    :data:`MAX_STRING_CHARS`, lone surrogate escapes and bytes that are not UTF-8
+    (:func:`json_text`) are one :class:`InputError` naming the record and field."""
+    text = json_text(path, text, id_key, _as_record(record))
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -341,8 +455,8 @@ def read_json_document(path: str | Path, *, what: str = "", limit: int | None = 
     naming the kind of file in the size error. A missing file is ``FileNotFoundError``;
     every other failure one :class:`InputError` naming the file, record and field."""
     cap = MAX_DOCUMENT_BYTES if limit is None else limit
-    text = decode_json_bytes(path, read_capped_bytes(path, cap, what=what, id_key=id_key))
-    return parse_json_text(path, text, id_key=id_key)
+    return parse_json_text(path, read_capped_bytes(path, cap, what=what, id_key=id_key),
+                           id_key=id_key)
 
 
 def parse_json_line(path: str | Path, number: int, raw: bytes) -> Any:
@@ -352,7 +466,10 @@ def parse_json_line(path: str | Path, number: int, raw: bytes) -> Any:
     if len(raw) - raw.endswith(b"\n") > MAX_LINE_BYTES:
         raise InputError(path, record, ROOT_FIELD, f"a line of more than {MAX_LINE_BYTES} "
                          "bytes; refusing to read further")
-    return parse_json_text(path, decode_json_bytes(path, raw, record, bom=number == 1), record)
+    if number > 1 and raw.startswith(UTF8_BOM):  # only the file's start may hold one
+        raise InputError(path, record, ROOT_FIELD, "not valid JSON: a byte order mark "
+                         "inside the file")
+    return parse_json_text(path, raw, record)
 
 
 def iter_json_lines(path: str | Path, *, what: str = "", limit: int | None = None
@@ -401,25 +518,54 @@ def _ijson() -> Any:
     return ijson
 
 
-class _RunGuard:
-    """A stream for ``ijson`` that refuses a run of more than ``MAX_STRING_CHARS *
-    BYTES_PER_CHAR`` bytes without a ``"`` while reading (:class:`_RunWatch`; ijson builds a
-    string whole before handing it over); ``tripped`` says it did, ``read`` then returns no
-    more bytes."""
+class _StreamGuard:
+    """A stream for ``ijson`` that refuses, while reading, a run of more than
+    ``MAX_STRING_CHARS * BYTES_PER_CHAR`` bytes without a ``"`` (:class:`_RunWatch`; ijson
+    builds a string whole before handing it over; ``tripped`` says so), a lone surrogate
+    escape (:class:`_SurrogateWatch`; ``lone`` is its offset) and a byte that is not UTF-8
+    (:class:`_Utf8Watch`; ``bad`` is its offset), the last two judged before ijson is given
+    the bytes, in the order :func:`json_text` judges a whole file. Once one is found,
+    ``read`` returns no more bytes."""
 
     def __init__(self, f: CappedReader) -> None:
         self._f = f
         self._watch = _RunWatch()
+        self._surrogates = _SurrogateWatch()
+        self._utf8 = _Utf8Watch()
         self.tripped = False
+        self.bad = -1
+
+    @property
+    def reason(self) -> str:
+        """Why the stream stopped early ("" while it has not): a format string with
+        ``{at}`` for where, as :func:`_text_error` takes."""
+        if self.lone >= 0:
+            return _surrogate_reason(self._surrogates.escape)
+        return _utf8_reason(self._utf8.reason) if self.bad >= 0 else ""
+
+    @property
+    def stopped_at(self) -> int:
+        return self.lone if self.lone >= 0 else self.bad
+
+    @property
+    def lone(self) -> int:
+        return self._surrogates.lone
 
     def read(self, n: int = -1) -> bytes:
-        if self.tripped:
-            return b""
-        block = self._f.read(n)
-        if self._watch.over(block):
-            self.tripped = True
-            return b""
-        return block
+        while not self.tripped and self.lone < 0 and self.bad < 0:
+            block = self._f.read(n)
+            if self._watch.over(block):
+                self.tripped = True
+                break
+            bad = self._utf8.check(block)
+            if bad >= 0:
+                self._surrogates.finish(block, bad)
+                self.bad = -1 if self.lone >= 0 else bad
+                break
+            clean = self._surrogates.feed(block)
+            if clean or not block:
+                return clean
+        return b""
 
 
 def iter_list_items(path: str | Path, id_key: str | None = None) -> Iterator[Any]:
@@ -441,7 +587,7 @@ def iter_list_items(path: str | Path, id_key: str | None = None) -> Iterator[Any
     index = 0
     with open_capped(p, MAX_DATASET_BYTES, "a dataset") as capped:
         capped.skip_bom()
-        f = _RunGuard(capped)
+        f = _StreamGuard(capped)
         out = sendable_list()
         send = backend.parse_basecoro(backend.items_basecoro(out, "item")).send
         depth = 0
@@ -465,14 +611,13 @@ def iter_list_items(path: str | Path, id_key: str | None = None) -> Iterator[Any
                     index += len(items)
                     yield from items
         except ijson.JSONError as exc:
-            if not f.tripped:
+            if not f.tripped and not f.reason:
                 raise InputError(p, FILE_RECORD, ROOT_FIELD, f"not valid JSON: {exc}"
                                  ) from None
         except (OSError, EOFError, zlib.error) as exc:
             raise InputError(p, FILE_RECORD, ROOT_FIELD, f"cannot read file: {exc}") from exc
-        except UnicodeDecodeError as exc:  # bytes the parser passed on that are not UTF-8
-            raise InputError(p, f"index {index}", ROOT_FIELD, f"not valid UTF-8 text: {exc}"
-                             ) from None
+        if f.reason:
+            raise _located(p, f.stopped_at, f.reason, id_key)
         if f.tripped:
             raise InputError(p, f"index {index}", ROOT_FIELD,
                              f"a string (or value) longer than {MAX_STRING_CHARS} characters: "
@@ -482,6 +627,14 @@ def iter_list_items(path: str | Path, id_key: str | None = None) -> Iterator[Any
         locate_limit_violation(p, id_key)
         raise InputError(p, FILE_RECORD, ROOT_FIELD,  # pragma: no cover - located above
                          f"nested deeper than {MAX_DEPTH} levels or a string too long")
+
+
+def _located(path: Path, at: int, reason: str, id_key: str | None) -> InputError:
+    """:func:`_text_error` for ``reason`` at byte ``at`` of the file ``path`` (after a byte
+    order mark), its first ``at`` bytes streamed again to name the record and field."""
+    with open_capped(path, MAX_DATASET_BYTES, "a dataset") as f:
+        f.skip_bom()
+        return _text_error(path, f, at, reason, id_key)
 
 
 def _record_label(top_is_list: bool, key: str | int, rid: str | None, id_key: str | None
@@ -500,9 +653,11 @@ class _Tracker:
         self.id_key = id_key
         self.stack: list[list[Any]] = []  # per open container: [is_list, current index/key]
         self.rid: str | None = None  # the id of the current top-level record
+        self.last = ""  # the last event taken
 
     def feed(self, event: str, value: Any) -> str:
         """Take one event; the reason it breaks a limit, or ``""``."""
+        self.last = event
         stack = self.stack
         if event == "end_map" or event == "end_array":
             stack.pop()
@@ -534,31 +689,117 @@ class _Tracker:
         start (one past the current list index). ``record`` given (a line): it is the
         record and the whole path the field."""
         parts = [list(frame) for frame in self.stack]
-        if pending and parts and parts[-1][0]:
+        key = pending and bool(parts) and not parts[-1][0] and self.last != "map_key"
+        if key:  # inside an object where a key is due: the pending string is a key of it
+            parts = parts[:-1]
+        elif pending and parts and parts[-1][0]:
             parts[-1][1] += 1
         if record is None and not parts:
-            return FILE_RECORD, ROOT_FIELD
+            return FILE_RECORD, "(a key)" if key else ROOT_FIELD
         if record is None:
             record = _record_label(parts[0][0], parts[0][1], self.rid, self.id_key)
             parts = parts[1:]
         field = format_field([part for _, part in parts])
         if len(field) > MAX_FIELD_CHARS:
             field = field[:MAX_FIELD_CHARS] + f"... ({len(parts)} levels)"
+        if key:  # a key of the record itself, or of the object at ``field``
+            return record, f"{field} (a key)" if parts else "(a key)"
         return record, field
 
 
-def _position(prefix: bytes, id_key: str | None) -> tuple[str, str]:
+def _position(prefix: bytes | Any, id_key: str | None, record: str | None = None
+              ) -> tuple[str, str]:
     """``(record, field)`` of the value that starts right after ``prefix`` (a file's start,
-    cut inside it): where the parse of the prefix stops."""
+    cut inside it; bytes or a binary stream of them): where the parse of the prefix stops.
+    Cut inside an object's key, the field is that object's, with `` (a key)``. ``record`` (a
+    line): the record named, the whole path being the field."""
     ijson = _ijson()
     tracker = _Tracker(id_key)
+    stream = io.BytesIO(prefix) if isinstance(prefix, (bytes, bytearray)) else prefix
     try:
-        for event, value in ijson.basic_parse(io.BytesIO(prefix), use_float=True):
+        for event, value in ijson.basic_parse(stream, use_float=True):
             if tracker.feed(event, value):
                 break
-    except ijson.JSONError:
+    except (ijson.JSONError, UnicodeDecodeError):
         pass  # the cut: expected
-    return tracker.where(None, pending=True)
+    return tracker.where(record, pending=True)
+
+
+class _Prefix:
+    """The first ``n`` bytes of a binary stream or of bytes in memory (no copy), as a
+    stream: what :func:`_position` parses to name where an offset lies."""
+
+    def __init__(self, source: Any, n: int) -> None:
+        self._view = memoryview(source)[:n] if isinstance(source, (bytes, bytearray)) \
+            else None
+        self._f = source
+        self._left = n
+        self._pos = 0
+
+    def read(self, size: int = -1) -> bytes:
+        size = self._left if size is None or size < 0 else min(size, self._left)
+        if self._view is not None:
+            out = bytes(self._view[self._pos:self._pos + size])
+        else:
+            out = self._f.read(size)
+        self._pos += len(out)
+        self._left -= len(out)
+        return out
+
+
+def _text_error(path: str | Path, source: Any, at: int, reason: str, id_key: str | None,
+                record: str | None = None) -> InputError:
+    """The one error for a problem (``reason``) at byte ``at`` of the JSON text ``source``
+    (bytes, or a binary stream from the text's start; ``record``: a line or value, else a
+    whole file), naming the record and field it lies in: the text before it is parsed again
+    (:func:`_position`), the same whoever found it."""
+    where_record, field = _position(_Prefix(source, at), id_key, record)
+    of = f" of {record}" if record is not None else ""
+    return InputError(path, where_record, field, reason.format(at=f"at byte {at}{of}"))
+
+
+def _surrogate_reason(escape: str) -> str:
+    return (f"a lone surrogate escape {escape} {{at}}: not a character (one beyond U+FFFF is "
+            "written as a pair, such as \\ud83d\\ude00)")
+
+
+def _utf8_reason(reason: str) -> str:
+    return f"not valid UTF-8 {{at}} ({reason})"
+
+
+def json_text(path: str | Path, data: bytes | str, id_key: str | None = None,
+              record: str | None = None) -> str:
+    """The JSON text ``data`` of ``path`` (bytes: UTF-8, a leading byte order mark dropped;
+    or text), after the checks every loader makes before a parser sees the text: no lone
+    surrogate escape (:func:`lone_surrogate`) and valid UTF-8 (a surrogate encoded in UTF-8
+    is not). The first problem -- a lone surrogate escape before the first byte that is not
+    UTF-8, else that byte -- is one :class:`InputError` naming its record and field
+    (``id_key`` as for :func:`read_json`; ``record``: a line or value named so), the same
+    error :func:`iter_list_items` gives for the same file."""
+    bom = UTF8_BOM if isinstance(data, bytes) else "\ufeff"
+    if data.startswith(bom):  # type: ignore[arg-type]
+        data = data[len(bom):]
+    at, _ = lone_surrogate(data)
+
+    def lone(raw: bytes, at: int) -> InputError:  # ``at``: a byte offset into ``raw``
+        escape = raw[at:at + ESCAPE_LEN].decode("ascii")
+        return _text_error(path, raw, at, _surrogate_reason(escape), id_key, record)
+
+    if isinstance(data, str):
+        if at >= 0:
+            raise lone(data.encode("utf-8", "surrogatepass"),
+                       len(data[:at].encode("utf-8", "surrogatepass")))
+        return data
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if 0 <= at < exc.start:
+            raise lone(data, at) from None
+        raise _text_error(path, data, exc.start, _utf8_reason(exc.reason), id_key,
+                          record) from None
+    if at >= 0:
+        raise lone(data, at)
+    return text
 
 
 def locate_limit_violation(path: str | Path, id_key: str | None = None, *,

@@ -72,6 +72,7 @@ from engram_eval.data._jsonio import (
     record_validator,
     schema_error_to_data_error,
 )
+from engram_eval.data.dates import read_date
 from engram_eval.data.records import Question, QuestionSet, Session, Turn
 from engram_eval.errors import DataError
 
@@ -264,14 +265,8 @@ def make_conversation(path: str | Path, record: str, raw: Mapping[str, Any]) -> 
     sessions: list[Session] = []
     for n in session_numbers(conv):
         key = f"session_{n}"
-        date = conv.get(f"{key}_date_time")
-        if not isinstance(date, str):
-            raise DataError(
-                path,
-                record,
-                f"conversation.{key}_date_time",
-                f"missing date for conversation.{key}",
-            )
+        date = read_date(path, record, f"conversation.{key}_date_time",
+                         conv.get(f"{key}_date_time"), required=True, of=f"conversation.{key}")
         turns = tuple(
             Turn(role=t["speaker"], content=turn_content(t), index=k, turn_id=t["dia_id"])
             for k, t in enumerate(conv[key])

@@ -76,6 +76,16 @@ class Question:
     def session_ids(self) -> tuple[str, ...]:
         return tuple(s.session_id for s in self.sessions)
 
+    @property
+    def gold_absent(self) -> tuple[str, ...]:
+        """The ``answer_session_ids`` that are not sessions of this question's haystack: no
+        retriever can rank them, so they count as missed wherever the gold is
+        ``answer_session_ids``."""
+        if not self.answer_session_ids:
+            return ()
+        haystack = set(self.session_ids)
+        return tuple(a for a in self.answer_session_ids if a not in haystack)
+
     def get_extra(self, key: str, default: object = None) -> object:
         for k, v in self.extra:
             if k == key:
@@ -93,6 +103,31 @@ def has_chat_roles(sessions: Iterable[Session]) -> bool:
     then uses :func:`user_turns` / :func:`user_document` / :func:`assistant_document`.
     """
     return any(t.role in CHAT_ROLES for s in sessions for t in s.turns)
+
+
+#: The memory shapes a corpus can have (:func:`corpus_shape`); a confidence calibration is
+#: fitted per shape (:mod:`engram_eval.production.confidence`, version 4).
+SHAPES = ("chat", "people", "short")
+
+
+def corpus_shape(sessions: Iterable[Session]) -> str:
+    """The memory shape of a corpus, read from its turns, extending :func:`has_chat_roles`
+    (the fusion structure) with a third case:
+
+    * ``people``: no chat roles -- named speakers talking to each other (LoCoMo); the
+      structure :func:`has_chat_roles` calls False;
+    * ``short``: chat roles, and every session is one ``user`` turn -- isolated memories,
+      one per item, as a production store keeps them (its memories become such sessions);
+    * ``chat``: chat roles otherwise -- user/assistant sessions (LongMemEval).
+
+    An empty corpus has no chat roles, so it is ``people`` (as :func:`has_chat_roles` says).
+    """
+    sess = list(sessions)
+    if not has_chat_roles(sess):
+        return "people"
+    if all(len(s.turns) == 1 and s.turns[0].role == "user" for s in sess):
+        return "short"
+    return "chat"
 
 
 def user_turns(session: Session, chat_roles: bool) -> tuple[Turn, ...]:

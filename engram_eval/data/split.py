@@ -59,8 +59,10 @@ from typing import Any
 from engram_eval.data._jsonio import (
     MAX_DATASET_BYTES,
     MAX_DOCUMENT_BYTES,
+    UTF8_BOM,
     check_limits,
     gunzip_capped,
+    json_text,
     parse_json_text,
     read_json_document,
     read_stored_bytes,
@@ -90,11 +92,12 @@ class SourceLayout:
 
 
 def _decode_text(path: Path, data: bytes) -> str:
+    """The text of a dataset's (decompressed) bytes, checked as every loader checks it
+    (:func:`json_text`: UTF-8, no lone surrogate escape); a byte order mark is kept as part
+    of the framing."""
     data = gunzip_capped(path, data, MAX_DATASET_BYTES, "a dataset")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(path, "(file)", "(root)", f"not valid UTF-8 text: {e}") from None
+    text = json_text(path, data)
+    return "\ufeff" + text if data.startswith(UTF8_BOM) else text
 
 
 def _record_end(text: str, start: int) -> int:

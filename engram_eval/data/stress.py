@@ -38,6 +38,7 @@ from typing import Any
 
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
 from engram_eval.io import (
+    already_exists,
     atomic_write,
     dump_json,
     input_problem,
@@ -198,7 +199,7 @@ def make_stress(source: str | Path, output: str | Path, *, sessions: int, seed: 
     refuse_links(out, meta_path(out))  # a link (dangling or not) where an output goes
     for p in (out, meta_path(out)):
         if p.exists():
-            raise ProvenanceError(f"{p} already exists; refusing to overwrite")
+            raise ProvenanceError(already_exists(p))
     out.parent.mkdir(parents=True, exist_ok=True)
     source_sha = sha256_file(src)
 
@@ -265,7 +266,7 @@ def make_stress(source: str | Path, output: str | Path, *, sessions: int, seed: 
                     f.write(json.dumps(rec, ensure_ascii=False).encode("utf-8"))
                 f.write(b"\n]\n")
         except FileExistsError:
-            raise ProvenanceError(f"{out} already exists; refusing to overwrite") from None
+            raise ProvenanceError(already_exists(out)) from None
         db.close()
     finally:  # the spool directory, ours, inside the output's directory
         remove_contained(tmpdir, out.parent)

@@ -37,13 +37,22 @@ memory is not checked for factual truth or completeness.
 
   Stored as numbers, so search applies it without scikit-learn. Its recorded cut-off was
   chosen on the tuning parts for a stated target (see the file).
+
+* **Calibrated per memory shape** (version 4, :class:`ShapeCalibration`, fitted by
+  :func:`engram_eval.production_eval.calibrate_real.fit_shapes`): one such model per shape
+  of :func:`engram_eval.data.records.corpus_shape` (``chat``, ``people``, ``short``), each
+  with its feature set (by name, :data:`engram_eval.production.features.FEATURE_SETS`), the
+  standardisation and logistic coefficients exactly as scikit-learn fitted them
+  (``z = intercept + sum_k w_k * (x_k - mean_k) / scale_k``), its mapping, its cut-off and
+  the hashes of its training data. Search takes the model of the shape of the memories it
+  searches (a production store: ``short``); a shape the file has no model for is refused.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,9 +112,26 @@ class ContextCalibration:
     settings: dict[str, Any]
     path: str = ""
     record: dict[str, Any] | None = None
+    #: the feature set the weights belong to (its name in FEATURE_SETS)
+    feature_set: str = "v3"
+    #: version 4: the standardisation the weights apply after (None: raw feature units)
+    mean: tuple[float, ...] | None = None
+    scale: tuple[float, ...] | None = None
+    #: version 4: the memory shape this model was fitted for
+    shape: str | None = None
 
     def scores(self, x: np.ndarray) -> np.ndarray:
-        return self.intercept + np.asarray(x, dtype=float) @ np.asarray(self.weights)
+        x = np.asarray(x, dtype=float)
+        if self.mean is not None and self.scale is not None:
+            x = (x - np.asarray(self.mean)) / np.asarray(self.scale)
+        return self.intercept + x @ np.asarray(self.weights)
+
+    def features(self, query: str, sig: Mapping[str, Any], cands: Sequence[int],
+                 overrides: Mapping[int, Mapping[str, float]] | None = None) -> np.ndarray:
+        """The candidates' rows of this model's feature set (search computes them here)."""
+        from engram_eval.production.features import feature_set
+
+        return feature_set(self.feature_set).compute(query, sig, cands, overrides)
 
     def map_scores(self, z: np.ndarray) -> np.ndarray:
         z = np.asarray(z, dtype=float)
@@ -117,6 +143,90 @@ class ContextCalibration:
     def confidences(self, x: np.ndarray) -> np.ndarray:
         """Confidence of each row of features (one row per candidate)."""
         return self.map_scores(self.scores(x))
+
+
+@dataclass(frozen=True)
+class ShapeCalibration:
+    """Version 4: one :class:`ContextCalibration` per memory shape (module docstring)."""
+
+    models: Mapping[str, ContextCalibration]
+    embedding_sha256: str
+    settings: dict[str, Any]
+    path: str = ""
+    record: dict[str, Any] | None = None
+
+    def for_shape(self, shape: str) -> ContextCalibration:
+        """The model fitted for ``shape`` (ConfigError naming the file and the shapes it
+        holds when it has none)."""
+        if shape not in self.models:
+            raise ConfigError(f"{self.path}: no calibrated model for memory shape {shape!r} "
+                              f"(this file holds {sorted(self.models)})")
+        return self.models[shape]
+
+    @property
+    def cutoffs(self) -> dict[str, float | None]:
+        """Each shape's recorded cut-off (chosen on its training data; not applied here)."""
+        return {k: m.cutoff for k, m in self.models.items()}
+
+
+def _shape_model(m: Any, p: Path, shape: str) -> ContextCalibration:
+    """One shape's model of a version-4 file (every malformed field named)."""
+    from engram_eval.data.records import SHAPES
+    from engram_eval.production.features import feature_set
+
+    where = f"{p}: shapes.{shape}"
+    if shape not in SHAPES:
+        raise ConfigError(f"{where}: unknown memory shape (known: {list(SHAPES)})")
+    try:
+        fs = feature_set(str(m["feature_set"]))
+    except ConfigError as e:
+        raise ConfigError(f"{where}.feature_set: {e}") from None
+    except (KeyError, TypeError):
+        raise ConfigError(f"{where}: missing feature_set") from None
+    if tuple(m.get("features", ())) != fs.features:
+        raise ConfigError(f"{where}.features: must be the columns of feature set {fs.name!r} "
+                          f"{list(fs.features)}")
+    try:
+        d = len(fs.features)
+        st, lg, mp = m["standardisation"], m["logistic"], m["mapping"]
+        mean = tuple(float(v) for v in st["mean"])
+        scale = tuple(float(v) for v in st["scale"])
+        w = tuple(float(v) for v in lg["coefficients"])
+        if not len(mean) == len(scale) == len(w) == d or not all(v > 0 for v in scale):
+            raise ValueError(f"standardisation and coefficients need {d} values each "
+                             "(scales > 0)")
+        iso = mp.get("isotonic") or {}
+        platt = mp.get("platt") or {}
+        cutoff = m.get("cutoff")
+        cal = ContextCalibration(
+            float(lg["intercept"]), w, str(mp["method"]),
+            tuple(float(v) for v in iso.get("x", ())), tuple(float(v) for v in iso.get("y", ())),
+            (float(platt.get("a", 1.0)), float(platt.get("b", 0.0))),
+            None if cutoff is None else float(cutoff["value"]), "", {}, str(p), dict(m),
+            fs.name, mean, scale, shape)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ConfigError(f"{where}: malformed model: {e!r}") from None
+    _check_mapping(cal, where)
+    return cal
+
+
+def _check_mapping(cal: ContextCalibration, where: str | Path) -> None:
+    if cal.mapping not in ("isotonic", "platt") or (
+            cal.mapping == "isotonic" and (len(cal.iso_x) < 1 or
+                                           len(cal.iso_x) != len(cal.iso_y))):
+        raise ConfigError(f"{where}: calibration mapping must be isotonic (with steps) or platt")
+
+
+def _shape_calibration(doc: dict[str, Any], p: Path) -> ShapeCalibration:
+    shapes = doc.get("shapes")
+    if not isinstance(shapes, dict) or not shapes:
+        raise ConfigError(f"{p}: a version-4 calibration needs 'shapes': a model per shape")
+    models = {k: _shape_model(v, p, k) for k, v in shapes.items()}
+    try:
+        return ShapeCalibration(models, doc["embedding_model"]["sha256"], doc["settings"],
+                                str(p), doc)
+    except (KeyError, TypeError) as e:
+        raise ConfigError(f"{p}: malformed version-4 calibration: {e!r}") from None
 
 
 def _context_calibration(doc: dict[str, Any], p: Path) -> ContextCalibration:
@@ -139,18 +249,21 @@ def _context_calibration(doc: dict[str, Any], p: Path) -> ContextCalibration:
         raise ConfigError(f"{p}: malformed version-3 calibration: {e!r}") from None
 
 
-def load_calibration(path: str | Path) -> Calibration | ContextCalibration:
+#: What :func:`load_calibration` returns.
+AnyCalibration = Calibration | ContextCalibration | ShapeCalibration
+
+
+def load_calibration(path: str | Path) -> AnyCalibration:
     p = Path(path)
     try:
         doc = read_json_document(p, what="a calibration file")
     except OSError as e:
         raise ConfigError(f"{p}: calibration file is not readable JSON: {e}") from None
+    if doc.get("kind") == CALIBRATION_KIND and doc.get("version") == 4:
+        return _shape_calibration(doc, p)
     if doc.get("kind") == CALIBRATION_KIND and doc.get("version") == 3:
         cal = _context_calibration(doc, p)
-        if cal.mapping not in ("isotonic", "platt") or (
-                cal.mapping == "isotonic" and (len(cal.iso_x) < 1 or
-                                               len(cal.iso_x) != len(cal.iso_y))):
-            raise ConfigError(f"{p}: calibration mapping must be isotonic (with steps) or platt")
+        _check_mapping(cal, p)
         return cal
     if doc.get("kind") != CALIBRATION_KIND or tuple(doc.get("features", ())) != FEATURES:
         raise ConfigError(f"{p}: not a production calibration for features {list(FEATURES)}")
@@ -159,7 +272,8 @@ def load_calibration(path: str | Path) -> Calibration | ContextCalibration:
                        doc["embedding_model"]["sha256"], doc["settings"], str(p), doc)
 
 
-def check_calibration(cal: Calibration | ContextCalibration, embedding_sha256: str, settings: dict[str, Any]) -> None:
+def check_calibration(cal: AnyCalibration, embedding_sha256: str,
+                      settings: dict[str, Any]) -> None:
     """Refuse a calibration fitted for other model files or other retrieval settings."""
     if cal.embedding_sha256 != embedding_sha256:
         raise ConfigError(

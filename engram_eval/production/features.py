@@ -28,7 +28,8 @@ Per-question context:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -68,3 +69,34 @@ def candidate_features(query: str, sig: Mapping[str, Any], cands: Sequence[int],
                      math.log(rank), dense[i] - d_other, terms[i] - t_other, dt, lt, dt * lt,
                      qt])
     return np.asarray(rows, dtype=float).reshape(len(cands), len(FEATURES_V3))
+
+
+#: ``(query, memory_signals output, candidates, overrides) -> one row per candidate``.
+FeatureFunction = Callable[[str, Mapping[str, Any], Sequence[int],
+                            Mapping[int, Mapping[str, float]] | None], np.ndarray]
+
+
+@dataclass(frozen=True)
+class FeatureSet:
+    """A named feature set: its column names and the function that computes them (the
+    signature of :func:`candidate_features`, ``overrides`` included). A calibration records
+    the name and the columns; search computes them through :func:`feature_set`."""
+
+    name: str
+    features: tuple[str, ...]
+    compute: FeatureFunction
+
+
+#: Every feature set a calibration may name. ``v3``: :data:`FEATURES_V3` (calibration v3 and
+#: the default of the per-shape calibration).
+FEATURE_SETS: dict[str, FeatureSet] = {"v3": FeatureSet("v3", FEATURES_V3, candidate_features)}
+DEFAULT_FEATURE_SET = "v3"
+
+
+def feature_set(name: str) -> FeatureSet:
+    """The registered feature set ``name`` (ConfigError naming the known ones otherwise)."""
+    if name not in FEATURE_SETS:
+        from engram_eval.errors import ConfigError
+
+        raise ConfigError(f"unknown feature set {name!r}; known: {sorted(FEATURE_SETS)}")
+    return FEATURE_SETS[name]

@@ -13,7 +13,9 @@ user sessions (their dense pieces and vectors as the store persisted them):
    score, the query terms the memory holds, and the time feature: +1 inside the query's time
    window, -1 outside, 0 without a window, a memory date, or the temporal step); with a
    version-3 calibration (fitted on real sessions), its model of absolute signals and
-   per-question context (:mod:`.features`) over the candidates.
+   per-question context (:mod:`.features`) over the candidates; with a version-4 one, the
+   model of the memories' shape (:func:`engram_eval.data.records.corpus_shape`; a store's
+   memories are ``short``), named in the response's ``question["shape"]``.
 3. Focused-excerpt retry: a long memory the gate rejects tries one focused excerpt
    (:func:`engram_eval.retrieval.passages.select_excerpt`, at most one per memory), whatever
    the other candidates scored; the larger confidence survives.
@@ -32,15 +34,16 @@ from typing import Any
 
 import numpy as np
 
-from engram_eval.data.records import Session, Turn
+from engram_eval.data.records import Session, Turn, corpus_shape
 from engram_eval.production.confidence import (
+    AnyCalibration,
     Calibration,
     ContextCalibration,
+    ShapeCalibration,
     check_calibration,
     load_calibration,
     term_coverage,
 )
-from engram_eval.production.features import candidate_features
 from engram_eval.production.settings import (
     DEFAULT_CALIBRATION,
     ProductionSettings,
@@ -97,7 +100,7 @@ class Engine:
         self.holder = holder if holder is not None else ModelHolder(
             retrieval, vector_cache=vector_cache)
         self.vector_cache = vector_cache
-        self._calibration: Calibration | ContextCalibration | None = None
+        self._calibration: AnyCalibration | None = None
 
     @property
     def embedding_ref(self) -> ModelRef:
@@ -122,7 +125,7 @@ class Engine:
         read from the package, wherever the process runs."""
         return data_file(self.settings.calibration or DEFAULT_CALIBRATION)
 
-    def calibration(self) -> Calibration | ContextCalibration:
+    def calibration(self) -> AnyCalibration:
         """The offline calibration, checked against this engine's model files and settings."""
         if self._calibration is None:
             cal = load_calibration(self.calibration_path())
@@ -154,21 +157,24 @@ class Engine:
 
     def search(self, query: str, *, now: str, memories: Sequence[Memory],
                pieces: Sequence[tuple[int, str]], vectors: np.ndarray,
-               limit: int | None = None, min_confidence: float | None = None
-               ) -> SearchResponse:
+               limit: int | None = None, min_confidence: float | None = None,
+               shape: str | None = None) -> SearchResponse:
         """:func:`search_memories` with this engine (what a store calls)."""
         return search_memories(self, query, now=now, memories=memories, pieces=pieces,
-                               vectors=vectors, limit=limit, min_confidence=min_confidence)
+                               vectors=vectors, limit=limit, min_confidence=min_confidence,
+                               shape=shape)
 
     def describe(self) -> dict[str, Any]:
         d: dict[str, Any] = {"settings": self.settings.to_json()}
         if self.settings.rerank:
             d["confidence"] = "sigmoid(cross-encoder logit)"
         else:
+            cal = self.calibration()
             d["confidence"] = (
+                "calibrated model of absolute signals and per-question context, one per "
+                "memory shape (calibration v4)" if isinstance(cal, ShapeCalibration) else
                 "calibrated model of absolute signals and per-question context "
-                "(calibration v3, real sessions)" if isinstance(self.calibration(),
-                                                                ContextCalibration)
+                "(calibration v3, real sessions)" if isinstance(cal, ContextCalibration)
                 else "calibrated logistic of absolute signals (dense, terms, time)")
             d["calibration"] = str(self.calibration_path())
         return d
@@ -224,10 +230,13 @@ def memory_signals(engine: Engine, query: str, now: str, memories: Sequence[Memo
 
 def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[Memory],
                     pieces: Sequence[tuple[int, str]], vectors: np.ndarray,
-                    limit: int | None = None,
-                    min_confidence: float | None = None) -> SearchResponse:
+                    limit: int | None = None, min_confidence: float | None = None,
+                    shape: str | None = None) -> SearchResponse:
     """The gated search of the module docstring over ``memories`` (with their pieces and
-    vectors as the store holds them)."""
+    vectors as the store holds them). ``shape``: the memory shape of the data the memories
+    come from (:func:`engram_eval.data.records.corpus_shape`), which picks the model of a
+    per-shape calibration; None reads it from the memories as the pipeline sees them (one
+    user turn each: ``short``, a production store)."""
     from engram_eval.retrieval.passages import select_excerpt
     from engram_eval.retrieval.rerank import sigmoid
 
@@ -238,7 +247,14 @@ def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[
         return SearchResponse((), (), {"query": query, "now": now, "time_window": None})
     sig = memory_signals(engine, query, now, memories, pieces, vectors)
     cands = sig["order"][: s.candidates]
-    cal = None if s.rerank else engine.calibration()
+    cal_file = None if s.rerank else engine.calibration()
+    shape_used = None
+    cal: Calibration | ContextCalibration | None
+    if isinstance(cal_file, ShapeCalibration):
+        shape_used = shape if shape is not None else corpus_shape(memory_sessions(memories))
+        cal = cal_file.for_shape(shape_used)
+    else:
+        cal = cal_file
 
     scored: dict[tuple[str, str], float] = dict(sig.get("cross_pairs") or {})
 
@@ -260,7 +276,7 @@ def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[
             return {i: sigmoid(known[i] if i in known else raw[i]) for i in idxs}
         assert cal is not None
         if isinstance(cal, ContextCalibration):
-            conf = cal.confidences(candidate_features(query, sig, cands))
+            conf = cal.confidences(cal.features(query, sig, cands))
             return {i: float(conf[cands.index(i)]) for i in idxs}
         return {i: cal.confidence([float(sig["dense"][i]), sig["terms"][i], sig["time"][i]])
                 for i in idxs}
@@ -294,8 +310,8 @@ def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[
                     cos = float(np.dot(v, sig["qvec"]))
                     ex_terms = term_coverage(query, excerpts[i].text)
                     if isinstance(cal, ContextCalibration):  # the excerpt in its memory's place
-                        row = candidate_features(query, sig, cands,
-                                                 {i: {"dense": cos, "terms": ex_terms}})
+                        row = cal.features(query, sig, cands,
+                                           {i: {"dense": cos, "terms": ex_terms}})
                         ex_conf[i] = float(cal.confidences(row)[cands.index(i)])
                     else:
                         ex_conf[i] = cal.confidence([cos, ex_terms, sig["time"][i]])
@@ -314,6 +330,8 @@ def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[
         traces[i]["accepted"] = True
     results = tuple(SearchResult(memories[i].id, float(conf[i]), memories[i].text,
                                  memories[i].date, traces[i]) for i in chosen)
-    return SearchResponse(results, tuple(traces[i] for i in cands),
-                          {"query": query, "now": now, "time_window": sig["window"],
-                           "limit": limit, "min_confidence": cut})
+    question = {"query": query, "now": now, "time_window": sig["window"], "limit": limit,
+                "min_confidence": cut}
+    if shape_used is not None:  # a per-shape calibration: the model it applied
+        question["shape"] = shape_used
+    return SearchResponse(results, tuple(traces[i] for i in cands), question)

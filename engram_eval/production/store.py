@@ -40,6 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from engram_eval.data._jsonio import parse_json_text
+from engram_eval.data.dates import read_date
 from engram_eval.errors import DataError, InputError, ProvenanceError, StorageError
 from engram_eval.io import (
     UnsafePathError,
@@ -267,8 +268,6 @@ class MemoryStore:
     # -- writing --------------------------------------------------------------------
     def add(self, memories: Sequence[Memory]) -> int:
         """Add memories (ids must be new and unique); returns how many were added."""
-        from engram_eval.retrieval.temporal import unparsable
-
         ids = [m.id for m in memories]
         seen: set[str] = set()
         for m in memories:
@@ -276,10 +275,9 @@ class MemoryStore:
                 raise DataError(self.path, f"memory {m.id!r}", "id",
                                 "memory ids must be non-empty and unique")
             seen.add(m.id)
-            if unparsable(m.date):  # the temporal step would silently ignore it
-                raise DataError(self.path, f"memory {m.id!r}", "date",
-                                f"{m.date[:80]!r} is not a calendar date (leave it empty "
-                                "for an undated memory)")
+            # a date the temporal step cannot read would be silently ignored: refused
+            read_date(self.path, f"memory {m.id!r}", "date", m.date, readable=True,
+                      instead="leave it empty for an undated memory")
         with _reading(self.path):
             clash = [r[0] for r in self.conn.execute(
                 f"SELECT id FROM memories WHERE id IN ({','.join('?' * len(ids))})", ids)
@@ -380,11 +378,8 @@ class MemoryStore:
         """Gated search over the stored memories: the engine's ``search``
         (:func:`engram_eval.production.search.search_memories`), returning its
         :class:`~engram_eval.production.search.SearchResponse`."""
-        from engram_eval.retrieval.temporal import unparsable
-
-        if unparsable(now):
-            raise DataError(self.path, "(search)", "now", f"{now[:80]!r} is not a calendar "
-                            "date (leave it empty when the query has no date)")
+        read_date(self.path, "(search)", "now", now, readable=True,
+                  instead="leave it empty when the query has no date")
         pieces, vectors = self.pieces()
         return self.engine.search(query, now=now, memories=self.memories(), pieces=pieces,
                                   vectors=vectors, limit=limit, min_confidence=min_confidence)

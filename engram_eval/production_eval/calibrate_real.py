@@ -38,6 +38,22 @@ model's hash, the cut-off with its target and the tuning-part (out-of-fold) metr
 deterministic (no timestamps). Search applies it with numpy only
 (:class:`engram_eval.production.confidence.ContextCalibration`).
 
+**Per memory shape** (:func:`fit_shapes`, calibration version 4, issue 30). The same fit
+(:func:`fit_model`, the one code path of both versions), once per memory shape, each shape
+on its own parts: a part's shape is read from its data
+(:func:`engram_eval.data.records.corpus_shape`, the rule that reads the fusion structure):
+a LongMemEval tune part is ``chat``, LoCoMo tune conversations ``people``, a production
+fixture of isolated memories (:func:`extract_fixture`: each case's memories stored as a
+production store keeps them) ``short``. Cross-fit groups: the question (LongMemEval), the
+conversation (LoCoMo), the case (a fixture: its questions search one store). The feature set
+is named (:data:`engram_eval.production.features.FEATURE_SETS`, default ``v3``), and each
+shape's model is stored as scikit-learn fitted it -- the scaler's mean and scale, the
+logistic coefficients on the scaled features, the mapping's numbers unrounded -- so the numpy
+application reproduces ``predict_proba`` and the isotonic ``predict``. A fixture that is
+held out (its own ``heldout`` field, its bytes, or any case of a known held-out fixture:
+:func:`engram_eval.provenance.heldout.fixture_heldout`) is refused, as a held-out dataset
+part is.
+
 **Measurement** (:func:`measure`): the packaged search under that calibration over a part's
 questions; per question its top result (highest confidence, ties in ranking order), whether
 it is right, and the selective-retrieval metrics of :mod:`engram_eval.scoring.selective`
@@ -48,23 +64,36 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from engram_eval.data.records import corpus_shape
 from engram_eval.errors import ConfigError
 from engram_eval.io import sha256_file, sha256_json
 from engram_eval.production.confidence import CALIBRATION_KIND
-from engram_eval.production.features import FEATURES_V3, candidate_features
+from engram_eval.production.features import (
+    DEFAULT_FEATURE_SET,
+    FEATURES_V3,
+    FeatureSet,
+    feature_set,
+)
 from engram_eval.production.search import Engine, memory_signals
 from engram_eval.production_eval.sessions import search_all, session_questions
 from engram_eval.scoring import selective as S
 
 FORMULA = ("z = intercept + sum_k w_k * x_k over features; confidence = interp(z, "
            "isotonic.x, isotonic.y) (clipped at the ends), or sigmoid(platt.a * z + platt.b)")
+FORMULA_V4 = ("per shape: z = logistic.intercept + sum_k logistic.coefficients[k] * "
+              "(x_k - standardisation.mean[k]) / standardisation.scale[k] over its features; "
+              "confidence = interp(z, isotonic.x, isotonic.y) (clipped at the ends), or "
+              "sigmoid(platt.a * z + platt.b)")
+SHAPE_RULE = ("engram_eval.data.records.corpus_shape of the data: people = no chat roles "
+              "(named speakers); short = every session one user turn (isolated memories, a "
+              "production store); chat = user/assistant sessions. Search over a store: short.")
 
 
 def _sklearn() -> Any:
@@ -92,6 +121,8 @@ class PartData:
     fmt: str
     records: list[dict[str, Any]]
     selection: dict[str, Any] | None = None
+    #: the memory shape read from the part's data (engram_eval.data.records.corpus_shape)
+    shape: str | None = None
 
     @property
     def questions(self) -> int:
@@ -100,8 +131,22 @@ class PartData:
 
 def group_of(question_id: str, fmt: str) -> str:
     """The cross-fit group: the conversation on LoCoMo (``conv-26:q0`` -> ``conv-26``), the
-    question elsewhere."""
+    question elsewhere (a fixture's records carry their case as group instead)."""
     return question_id.split(":", 1)[0] if fmt == "locomo" else question_id
+
+
+def part_shape(path: str | Path, shapes: dict[str, str]) -> str:
+    """The one shape of a part's questions (``question_id -> shape``); ConfigError naming
+    the file and two questions when they differ, or when no question takes part."""
+    found = sorted(set(shapes.values()))
+    if not found:
+        raise ConfigError(f"{path}: no question takes part, so its memory shape is unknown")
+    if len(found) > 1:
+        first = {sh: next(q for q, v in shapes.items() if v == sh) for sh in found}
+        raise ConfigError(f"{path}: its questions' memories have different shapes ("
+                          + ", ".join(f"{q}: {sh}" for sh, q in first.items())
+                          + "); give each shape its own part")
+    return found[0]
 
 
 def refuse_heldout(path: str | Path) -> None:
@@ -111,6 +156,18 @@ def refuse_heldout(path: str | Path) -> None:
     from engram_eval.provenance.guard import refuse_heldout as guard
 
     guard(path, "the calibration is fitted on tuning parts only")
+
+
+def refuse_heldout_fixture(path: str | Path) -> None:
+    """ProvenanceError when the production fixture ``path`` is held out (its own field, its
+    bytes, or a case of a known held-out fixture: validation_v3, validation_v4, ...)."""
+    from engram_eval.errors import ProvenanceError
+    from engram_eval.provenance.heldout import fixture_heldout
+
+    m = fixture_heldout(path)
+    if m is not None:
+        raise ProvenanceError(f"{path}: {m.describe()}; the calibration is fitted on tuning "
+                              "parts only")
 
 
 def select(questions: Sequence[Any], *, max_questions: int | None = None,
@@ -134,10 +191,13 @@ def select(questions: Sequence[Any], *, max_questions: int | None = None,
 
 def extract(engine: Engine, label: str, path: str | Path, *, max_questions: int | None = None,
             every: int | None = None, check_heldout: bool = True,
-            on_question: Callable[[int], None] | None = None) -> PartData:
-    """Features and labels of every taking-part question of ``path`` (a tuning part)."""
+            on_question: Callable[[int], None] | None = None,
+            features: str = DEFAULT_FEATURE_SET) -> PartData:
+    """Features (of the feature set ``features``) and labels of every taking-part question
+    of ``path`` (a tuning part)."""
     from engram_eval.data.datasets import load_questions, resolve_format
 
+    fs = feature_set(features)
     if check_heldout:
         refuse_heldout(path)
     fmt = resolve_format(path, "auto")
@@ -145,12 +205,14 @@ def extract(engine: Engine, label: str, path: str | Path, *, max_questions: int 
     qs = select(loaded, max_questions=max_questions, every=every)
     k = engine.settings.candidates
     records = []
+    shapes: dict[str, str] = {}
     for n, sq in enumerate(session_questions(engine, qs, fmt)):
         q = sq.question
+        shapes[q.question_id] = sq.shape
         sig = memory_signals(engine, q.question, q.question_date, sq.memories, sq.pieces,
                              sq.vectors)
         cands = sig["order"][:k]
-        x = candidate_features(q.question, sig, cands)
+        x = fs.compute(q.question, sig, cands, None)
         ids = [sq.memories[i].id for i in cands]
         gold = set(sq.gold)  # read only now, to label
         records.append({"question_id": q.question_id, "group": group_of(q.question_id, fmt),
@@ -160,10 +222,54 @@ def extract(engine: Engine, label: str, path: str | Path, *, max_questions: int 
         if on_question is not None:
             on_question(n)
     return PartData(label, Path(path).name, sha256_file(path), fmt, records,
-                    {"max_questions": max_questions, "every": every})
+                    {"max_questions": max_questions, "every": every},
+                    part_shape(path, shapes))
 
 
-def _pairs(parts: Sequence[PartData]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple]]:
+def extract_fixture(engine: Engine, label: str, path: str | Path, *,
+                    check_heldout: bool = True,
+                    on_question: Callable[[int], None] | None = None,
+                    features: str = DEFAULT_FEATURE_SET) -> PartData:
+    """Features and labels of every question of the production fixture ``path`` (a
+    training fixture such as ``train_short.json``; a held-out fixture is refused). Each
+    case's memories are cut and encoded as a store keeps them (float32 vectors), searched
+    by the production code; group = the case. Gold is read only to label, after."""
+    from engram_eval.production.search import memory_sessions
+    from engram_eval.production_eval.fixture import load_fixture
+
+    fs = feature_set(features)
+    if check_heldout:
+        refuse_heldout_fixture(path)
+    view, gold_of = load_fixture(path)
+    k = engine.settings.candidates
+    records: list[dict[str, Any]] = []
+    shapes: dict[str, str] = {}
+    n = 0
+    for case in view.cases:
+        mems = case.memories
+        pieces = engine.pieces(mems)
+        vecs = np.asarray(engine.encoder().encode([t for _, t in pieces]), dtype=np.float32)
+        shape = corpus_shape(memory_sessions(mems))
+        for q in case.queries:
+            shapes[q.question_id] = shape
+            sig = memory_signals(engine, q.query, q.now, mems, pieces, vecs)
+            cands = sig["order"][:k]
+            x = fs.compute(q.query, sig, cands, None)
+            ids = [mems[i].id for i in cands]
+            gold = set(gold_of(q.question_id))  # read only now, to label
+            records.append({"question_id": q.question_id, "group": case.case_id,
+                            "unanswerable": not gold, "gold": sorted(gold),
+                            "candidates": ids, "x": x,
+                            "y": np.asarray([1.0 if i in gold else 0.0 for i in ids])})
+            if on_question is not None:
+                on_question(n)
+            n += 1
+    return PartData(label, Path(path).name, sha256_file(path), "production-fixture", records,
+                    {"max_questions": None, "every": None}, part_shape(path, shapes))
+
+
+def _pairs(parts: Sequence[PartData], width: int = len(FEATURES_V3)
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple]]:
     xs, ys, groups, index = [], [], [], []
     for pi, part in enumerate(parts):
         for qi, r in enumerate(part.records):
@@ -172,7 +278,7 @@ def _pairs(parts: Sequence[PartData]) -> tuple[np.ndarray, np.ndarray, np.ndarra
                 ys.append(r["y"][ci])
                 groups.append(f"{part.label}/{r['group']}")
                 index.append((pi, qi, ci))
-    x = np.asarray(xs, dtype=float).reshape(len(xs), len(FEATURES_V3))
+    x = np.asarray(xs, dtype=float).reshape(len(xs), width)
     return x, np.asarray(ys, dtype=float), np.asarray(groups), index
 
 
@@ -260,24 +366,53 @@ def summarise(top: Sequence[dict[str, Any]], *, bins: int = 15) -> dict[str, Any
             "aurc": S.aurc(conf, corr), "reliability": rel["bins"]}
 
 
-def fit(parts: Sequence[PartData], engine: Engine, *, folds: int = 5, C: float = 1.0,
-        mapping: str = "isotonic", calibrate_on: str = "top", target_precision: float = 0.9,
-        min_returned: int = 20, bins: int = 15) -> dict[str, Any]:
-    """Fit calibration v3 on ``parts`` (module docstring). Returns the calibration document."""
+@dataclass(frozen=True)
+class ModelFit:
+    """One fitted model (:func:`fit_model`): the scikit-learn objects as fitted (the score
+    model refitted on all pairs, the mapping fitted on out-of-fold scores), the mapping's
+    numbers as a file records them, the cut-off chosen on the parts' out-of-fold
+    confidences, and each part's out-of-fold top results."""
+
+    features: FeatureSet
+    score_model: Any
+    mapper: Any
+    mapping: dict[str, Any]
+    cutoff: dict[str, Any]
+    tops: dict[str, list[dict[str, Any]]]
+    folds: int
+    C: float
+    calibrate_on: str
+    target_precision: float
+    min_returned: int
+
+
+def fit_model(parts: Sequence[PartData], *, features: str = DEFAULT_FEATURE_SET,
+              folds: int = 5, C: float = 1.0, mapping: str = "isotonic",
+              calibrate_on: str = "top", target_precision: float = 0.9,
+              min_returned: int = 20, digits: int | None = None) -> ModelFit:
+    """The fit of the module docstring on ``parts`` (pooled): out-of-fold scores by
+    ``GroupKFold``, the mapping on them, the score model refitted on all pairs, the cut-off.
+    ``digits``: the mapping's numbers are rounded to these many decimals as recorded (None:
+    unrounded); the out-of-fold confidences that choose the cut-off use the recorded
+    numbers, as search will."""
     if mapping not in ("isotonic", "platt") or calibrate_on not in ("top", "pairs"):
         raise ConfigError("mapping is isotonic or platt; calibrate_on is top or pairs")
-    if engine.settings.excerpt_retry:
-        raise ConfigError("calibration v3 is fitted on whole memories: set excerpt_retry "
-                          "false (the excerpt retry would raise confidences it never saw)")
+    fs = feature_set(features)
     sk = _sklearn()
-    x, y, groups, index = _pairs(parts)
+    x, y, groups, index = _pairs(parts, len(fs.features))
     if len(set(y.tolist())) < 2:
         raise ConfigError("the tuning parts need both gold and non-gold candidates")
+    if len(set(groups.tolist())) < folds:
+        raise ConfigError(f"{len(set(groups.tolist()))} cross-fit groups in "
+                          f"{[p.path for p in parts]}, fewer than {folds} folds")
+
+    def rnd(v: float) -> float:
+        return float(v) if digits is None else round(float(v), digits)
+
     z_oof = np.zeros(len(y))
     for tr, te in sk.model_selection.GroupKFold(n_splits=folds).split(x, y, groups):
         z_oof[te] = _score_model(C).fit(x[tr], y[tr]).decision_function(x[te])
     final = _score_model(C).fit(x, y)
-    b, w = _raw_coefficients(final)
 
     def per_question(values: np.ndarray) -> list[list[np.ndarray]]:
         out: list[list[list[float]]] = [[[] for _ in p.records] for p in parts]
@@ -298,16 +433,16 @@ def fit(parts: Sequence[PartData], engine: Engine, *, folds: int = 5, C: float =
         cal_z, cal_y = z_oof, y
     doc_map: dict[str, Any] = {"method": mapping, "fitted_on": calibrate_on,
                                "points": int(len(cal_y)), "positives": int(cal_y.sum())}
+    mapper: Any
     if mapping == "isotonic":
-        iso = sk.isotonic.IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0)
-        iso.fit(cal_z, cal_y)
-        ix, iy = iso.X_thresholds_.tolist(), iso.y_thresholds_.tolist()
-        doc_map["isotonic"] = {"x": [round(v, 10) for v in ix], "y": [round(v, 10) for v in iy]}
+        mapper = sk.isotonic.IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0)
+        mapper.fit(cal_z, cal_y)
+        ix, iy = mapper.X_thresholds_.tolist(), mapper.y_thresholds_.tolist()
+        doc_map["isotonic"] = {"x": [rnd(v) for v in ix], "y": [rnd(v) for v in iy]}
     else:
-        pl = sk.linear_model.LogisticRegression(C=1e6, max_iter=2000)
-        pl.fit(cal_z.reshape(-1, 1), cal_y)
-        doc_map["platt"] = {"a": round(float(pl.coef_[0][0]), 10),
-                            "b": round(float(pl.intercept_[0]), 10)}
+        mapper = sk.linear_model.LogisticRegression(C=1e6, max_iter=2000)
+        mapper.fit(cal_z.reshape(-1, 1), cal_y)
+        doc_map["platt"] = {"a": rnd(mapper.coef_[0][0]), "b": rnd(mapper.intercept_[0])}
 
     def fmap(z: np.ndarray) -> np.ndarray:  # the stored numbers, as search applies them
         if mapping == "isotonic":
@@ -317,23 +452,65 @@ def fit(parts: Sequence[PartData], engine: Engine, *, folds: int = 5, C: float =
     conf_q = [[fmap(zq) for zq in zs] for zs in z_q]
     tops = {p.label: _top(p.records, cq) for p, cq in zip(parts, conf_q, strict=True)}
     cut = choose_cutoff(tops, target_precision, min_returned)
+    return ModelFit(fs, final, mapper, doc_map, cut, tops, folds, C, calibrate_on,
+                    target_precision, min_returned)
+
+
+def _cutoff_doc(m: ModelFit, on: str) -> dict[str, Any]:
+    return {"value": m.cutoff["value"], "target": {
+        "returned_top_gold_rate_at_least": m.target_precision, "on": on,
+        "min_questions_returning": m.min_returned},
+        "met_on_tuning_parts": m.cutoff["met_on_tuning_parts"],
+        "rule": "smallest cut-off on a 0.01 grid meeting the target on every tuning part",
+        "at_cutoff": m.cutoff["at_cutoff"]}
+
+
+def _data_doc(parts: Sequence[PartData]) -> list[dict[str, Any]]:
+    return [{"part": p.label, "file": p.path, "sha256": p.sha256, "format": p.fmt,
+             "questions": p.questions, "selection": p.selection,
+             "unanswerable": sum(1 for r in p.records if r["unanswerable"]),
+             "pairs": int(sum(len(r["candidates"]) for r in p.records)),
+             "positives": int(sum(r["y"].sum() for r in p.records)),
+             "pairs_sha256": sha256_json([[r["question_id"], r["candidates"],
+                                           r["y"].astype(int).tolist()]
+                                          for r in p.records])} for p in parts]
+
+
+def _check_engine(engine: Engine) -> None:
+    if engine.settings.excerpt_retry:
+        raise ConfigError("calibration v3 is fitted on whole memories: set excerpt_retry "
+                          "false (the excerpt retry would raise confidences it never saw)")
+
+
+def _engine_doc(engine: Engine) -> dict[str, Any]:
+    ref = engine.embedding_ref
+    return {"embedding_model": {"name": engine.settings.embedding_model, "sha256": ref.sha256,
+                                "revision": ref.revision},
+            "settings": engine.settings.retrieval_part()}
+
+
+def fit(parts: Sequence[PartData], engine: Engine, *, folds: int = 5, C: float = 1.0,
+        mapping: str = "isotonic", calibrate_on: str = "top", target_precision: float = 0.9,
+        min_returned: int = 20, bins: int = 15) -> dict[str, Any]:
+    """Fit calibration v3 on ``parts`` (module docstring; one model pooled over the parts,
+    :func:`fit_model` with the numbers rounded to 10 decimals and the coefficients in raw
+    feature units). Returns the calibration document."""
+    _check_engine(engine)
+    m = fit_model(parts, features="v3", folds=folds, C=C, mapping=mapping,
+                  calibrate_on=calibrate_on, target_precision=target_precision,
+                  min_returned=min_returned, digits=10)
+    b, w = _raw_coefficients(m.score_model)
     coefficients = {"intercept": round(b, 10),
                     **{f: round(float(v), 10) for f, v in zip(FEATURES_V3, w, strict=True)}}
-    model = {"features": list(FEATURES_V3), "coefficients": coefficients, "mapping": doc_map}
-    ref = engine.embedding_ref
+    model = {"features": list(FEATURES_V3), "coefficients": coefficients, "mapping": m.mapping}
     import sklearn
 
+    eng = _engine_doc(engine)
     return {
         "kind": CALIBRATION_KIND, "version": 3, "features": list(FEATURES_V3),
-        "formula": FORMULA, "coefficients": coefficients, "mapping": doc_map,
+        "formula": FORMULA, "coefficients": coefficients, "mapping": m.mapping,
         "model_sha256": sha256_json(model),
-        "cutoff": {"value": cut["value"], "target": {
-            "returned_top_gold_rate_at_least": target_precision,
-            "on": "every tuning part (out-of-fold confidences)",
-            "min_questions_returning": min_returned},
-            "met_on_tuning_parts": cut["met_on_tuning_parts"],
-            "rule": "smallest cut-off on a 0.01 grid meeting the target on every tuning part",
-            "at_cutoff": cut["at_cutoff"]},
+        "cutoff": _cutoff_doc(m, "every tuning part (out-of-fold confidences)"),
         "fit": {"library": f"scikit-learn {sklearn.__version__}",
                 "score_model": f"StandardScaler + LogisticRegression(C={C}, L2, lbfgs) on "
                                "every (question, candidate) pair; coefficients stored in raw "
@@ -345,23 +522,87 @@ def fit(parts: Sequence[PartData], engine: Engine, *, folds: int = 5, C: float =
                 "folds": folds, "C": C, "label": "memory is gold (never for an "
                 "unanswerable question)",
                 "candidates_per_question": engine.settings.candidates},
-        "data": [{"part": p.label, "file": p.path, "sha256": p.sha256, "format": p.fmt,
-                  "questions": p.questions, "selection": p.selection,
-                  "unanswerable": sum(1 for r in p.records if r["unanswerable"]),
-                  "pairs": int(sum(len(r["candidates"]) for r in p.records)),
-                  "positives": int(sum(r["y"].sum() for r in p.records)),
-                  "pairs_sha256": sha256_json([[r["question_id"], r["candidates"],
-                                                r["y"].astype(int).tolist()]
-                                               for r in p.records])} for p in parts],
-        "embedding_model": {"name": engine.settings.embedding_model, "sha256": ref.sha256,
-                            "revision": ref.revision},
-        "settings": engine.settings.retrieval_part(),
-        "tuning_parts_out_of_fold": {p.label: summarise(tops[p.label], bins=bins)
+        "data": _data_doc(parts),
+        "embedding_model": eng["embedding_model"],
+        "settings": eng["settings"],
+        "tuning_parts_out_of_fold": {p.label: summarise(m.tops[p.label], bins=bins)
                                      for p in parts},
         "note": "confidence = estimated probability that the returned memory is gold, fitted "
                 "on real sessions of tuning parts; the cut-off was chosen there for the "
                 "stated target. Not a check that the memory is true or complete.",
     }
+
+
+def shape_model_doc(m: ModelFit, shape: str, parts: Sequence[PartData], *,
+                    candidates: int, bins: int = 15) -> dict[str, Any]:
+    """One shape's entry of a version-4 file: the fitted numbers as scikit-learn holds them
+    (unrounded), the mapping, the cut-off, the training data's hashes and the out-of-fold
+    metrics."""
+    import sklearn
+
+    scaler, lr = m.score_model[0], m.score_model[-1]
+    model = {"feature_set": m.features.name, "features": list(m.features.features),
+             "standardisation": {"mean": [float(v) for v in scaler.mean_],
+                                 "scale": [float(v) for v in scaler.scale_]},
+             "logistic": {"intercept": float(lr.intercept_[0]),
+                          "coefficients": [float(v) for v in lr.coef_[0]]},
+             "mapping": m.mapping}
+    return {"shape": shape, **model, "model_sha256": sha256_json(model),
+            "cutoff": _cutoff_doc(m, f"every {shape} training part (out-of-fold "
+                                     "confidences)"),
+            "fit": {"library": f"scikit-learn {sklearn.__version__}",
+                    "score_model": f"StandardScaler + LogisticRegression(C={m.C}, L2, lbfgs) "
+                                   "on every (question, candidate) pair; stored as fitted "
+                                   "(scaler mean and scale, coefficients on scaled features)",
+                    "mapping": f"{m.mapping['method']} on out-of-fold scores "
+                               f"({m.calibrate_on}); explicit GroupKFold({m.folds}) "
+                               "cross-fit by question (LongMemEval) / conversation (LoCoMo) "
+                               "/ case (a fixture), final score model refitted on all pairs",
+                    "folds": m.folds, "C": m.C,
+                    "label": "memory is gold (never for an unanswerable question)",
+                    "candidates_per_question": candidates},
+            "data": _data_doc(parts),
+            "tuning_parts_out_of_fold": {p.label: summarise(m.tops[p.label], bins=bins)
+                                         for p in parts}}
+
+
+def fit_shapes(parts: Sequence[PartData], engine: Engine, *,
+               features: str = DEFAULT_FEATURE_SET, folds: int = 5, C: float = 1.0,
+               mapping: str = "platt", calibrate_on: str = "top",
+               target_precision: float | Mapping[str, float] = 0.9,
+               min_returned: int = 20, bins: int = 15) -> dict[str, Any]:
+    """Calibration version 4: :func:`fit_model` once per memory shape, each on the parts
+    whose data has that shape (module docstring). ``target_precision``: one target, or one
+    per shape (a shape not named takes 0.9). Returns the calibration document."""
+    from engram_eval.data.records import SHAPES
+
+    _check_engine(engine)
+    by_shape: dict[str, list[PartData]] = {}
+    for p in parts:
+        if p.shape not in SHAPES:
+            raise ConfigError(f"{p.path}: part {p.label!r} has no memory shape read from its "
+                              "data (extract it with extract or extract_fixture)")
+        by_shape.setdefault(p.shape, []).append(p)
+    targets = (dict(target_precision) if isinstance(target_precision, Mapping)
+               else dict.fromkeys(by_shape, float(target_precision)))
+    unknown = sorted(set(targets) - set(SHAPES))
+    if unknown:
+        raise ConfigError(f"target precision for unknown shape(s) {unknown}; shapes: "
+                          f"{list(SHAPES)}")
+    shapes = {}
+    for shape in sorted(by_shape):
+        m = fit_model(by_shape[shape], features=features, folds=folds, C=C, mapping=mapping,
+                      calibrate_on=calibrate_on, target_precision=targets.get(shape, 0.9),
+                      min_returned=min_returned)
+        shapes[shape] = shape_model_doc(m, shape, by_shape[shape],
+                                        candidates=engine.settings.candidates, bins=bins)
+    return {"kind": CALIBRATION_KIND, "version": 4, "formula": FORMULA_V4,
+            "shape_rule": SHAPE_RULE, "shapes": shapes, **_engine_doc(engine),
+            "note": "per memory shape: confidence = estimated probability that the returned "
+                    "memory is gold, fitted out of fold on that shape's training parts; each "
+                    "cut-off was chosen there for the stated target (recorded, not applied: "
+                    "the gate's cut-off is min_confidence). Not a check that the memory is "
+                    "true or complete."}
 
 
 # --------------------------------------------------------------------------- measurement

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engram_eval.io import already_exists
 from engram_eval.production.search import Engine
 
 #: The cut-offs of the abstention sweep.
@@ -106,7 +107,7 @@ def sweep(args: argparse.Namespace, engine: Engine) -> int:
     png = out.with_suffix(".png")
     for f in (out, png):
         if f.exists():
-            raise EngramEvalError(f"{f} already exists; refusing to overwrite")
+            raise EngramEvalError(already_exists(f))
     # the one held-out guard: a sweep chooses a cut-off, so it never reads held-out data
     refuse_heldout(args.dataset, "the abstention sweep chooses settings, on tuning data only")
     fmt = resolve_format(args.dataset, "auto")
@@ -213,8 +214,10 @@ def _progress(label: str) -> Any:
 
 def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
     """Fit calibration v3 on real sessions of tuning parts (:mod:`.calibrate_real`; a
-    held-out part is refused), write it, the recorded settings that use it (its chosen
-    cut-off as ``min_confidence``) and, with ``--report``, a report and a plot."""
+    held-out part is refused), or with ``--per-shape`` calibration v4, one model per memory
+    shape read from the parts' data (production fixtures given with ``--fixture``); write
+    it, the recorded settings that use it (v3: its chosen cut-off as ``min_confidence``;
+    v4: the cut-off left as it is) and, with ``--report``, a report and a plot."""
     from engram_eval.errors import ConfigError
     from engram_eval.io import atomic_write, dump_json, exclusive_write, sha256_file
     from engram_eval.production_eval import calibrate_real as C
@@ -222,25 +225,54 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
     outs = [Path(args.report), Path(args.report).with_suffix(".png")] if args.report else []
     for f in outs:
         if f.exists():
-            raise ConfigError(f"{f} already exists; refusing to overwrite")
+            raise ConfigError(already_exists(f))
+    per_shape = bool(getattr(args, "per_shape", False))
+    fixtures = list(getattr(args, "fixture", None) or [])
+    feature_set = getattr(args, "feature_set", None) or "v3"
+    shape_targets = _pairs_of(getattr(args, "shape_target", None) or [], "--shape-target",
+                              "SHAPE=X")
+    if not per_shape and (fixtures or shape_targets or feature_set != "v3"):
+        raise ConfigError("--fixture, --shape-target and --feature-set go with --per-shape "
+                          "(calibration v3 is one pooled model of the v3 features)")
     parts = []
     t0 = time.time()
-    every = dict(e.split("=", 1) for e in args.every)
-    for spec in args.part:
-        label, _, path = spec.partition("=")
-        if not path:
-            raise ConfigError(f"--part {spec}: give LABEL=PATH")
+    every = _pairs_of(args.every, "--every", "LABEL=K")
+    for spec in args.part or []:
+        label, path = _label_path(spec, "--part")
         parts.append(C.extract(engine, label, path, max_questions=args.max_questions,
                                every=int(every[label]) if label in every else None,
-                               on_question=_progress(label)))
-    doc = C.fit(parts, engine, folds=args.folds, C=args.C, mapping=args.mapping,
-                calibrate_on=args.calibrate_on, target_precision=args.target_precision,
-                min_returned=args.min_returned)
+                               on_question=_progress(label), features=feature_set))
+    for spec in fixtures:
+        label, path = _label_path(spec, "--fixture")
+        parts.append(C.extract_fixture(engine, label, path, on_question=_progress(label),
+                                       features=feature_set))
+    if not parts:
+        raise ConfigError("give at least one --part (or, with --per-shape, --fixture)")
+    if per_shape:
+        target: float | dict[str, float] = float(args.target_precision)
+        if shape_targets:
+            target = {sh.shape: float(args.target_precision) for sh in parts
+                      if sh.shape is not None}
+            target.update({k: float(v) for k, v in shape_targets.items()})
+        doc = C.fit_shapes(parts, engine, features=feature_set, folds=args.folds, C=args.C,
+                           mapping=args.mapping, calibrate_on=args.calibrate_on,
+                           target_precision=target, min_returned=args.min_returned)
+        oof = {f"{sh}/{k}": v for sh, m in doc["shapes"].items()
+               for k, v in m["tuning_parts_out_of_fold"].items()}
+        cutoffs = {sh: m["cutoff"] for sh, m in doc["shapes"].items()}
+    else:
+        doc = C.fit(parts, engine, folds=args.folds, C=args.C, mapping=args.mapping,
+                    calibrate_on=args.calibrate_on, target_precision=args.target_precision,
+                    min_returned=args.min_returned)
+        oof = doc["tuning_parts_out_of_fold"]
+        cutoffs = {"": doc["cutoff"]}
     text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
     atomic_write(args.output, text)
     if args.settings_output:
-        s = engine.settings.replace(calibration=args.output,
-                                    min_confidence=doc["cutoff"]["value"]).to_json()
+        changes: dict[str, Any] = {"calibration": args.output}
+        if not per_shape:
+            changes["min_confidence"] = doc["cutoff"]["value"]
+        s = engine.settings.replace(**changes).to_json()
         atomic_write(args.settings_output, json.dumps(s, indent=2, sort_keys=True) + "\n")
     if args.report:
         rep = {**doc, "calibration_file": args.output,
@@ -249,18 +281,53 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
                "settings_file_sha256": (sha256_file(args.settings_output)
                                         if args.settings_output else None),
                "command": sys.argv, "wall_seconds": round(time.time() - t0, 1)}
-        exclusive_write(outs[1], _fit_plot(doc))  # one reliability panel per tuning part
+        title = ("Calibration v4 per memory shape; cut-offs "
+                 + ", ".join(f"{k} {v['value']}" for k, v in cutoffs.items())
+                 if per_shape else
+                 f"Calibration v3 on tuning parts; chosen cut-off {doc['cutoff']['value']}")
+        lines = {k: cutoffs[k.split("/")[0] if per_shape else ""]["value"] for k in oof}
+        exclusive_write(outs[1], _fit_plot(oof, lines, title))  # one panel per part
         exclusive_write(outs[0], dump_json(rep))
-    print(json.dumps({"cutoff": doc["cutoff"]["value"],
-                      "met_on_tuning_parts": doc["cutoff"]["met_on_tuning_parts"],
-                      "tuning_parts_out_of_fold": {
-                          k: {m: v[m] for m in ("n", "ece", "brier", "auroc", "aurc")}
-                          for k, v in doc["tuning_parts_out_of_fold"].items()},
-                      "at_cutoff": doc["cutoff"]["at_cutoff"]}, indent=2))
+    summary = {k: {m: v[m] for m in ("n", "ece", "brier", "auroc", "aurc")}
+               for k, v in oof.items()}
+    if per_shape:
+        print(json.dumps({"cutoffs": {k: {"value": v["value"],
+                                          "met_on_tuning_parts": v["met_on_tuning_parts"],
+                                          "at_cutoff": v["at_cutoff"]}
+                                      for k, v in cutoffs.items()},
+                          "tuning_parts_out_of_fold": summary}, indent=2))
+    else:
+        print(json.dumps({"cutoff": doc["cutoff"]["value"],
+                          "met_on_tuning_parts": doc["cutoff"]["met_on_tuning_parts"],
+                          "tuning_parts_out_of_fold": summary,
+                          "at_cutoff": doc["cutoff"]["at_cutoff"]}, indent=2))
     return 0
 
 
-def _fit_plot(doc: dict[str, Any]) -> bytes:
+def _label_path(spec: str, flag: str) -> tuple[str, str]:
+    from engram_eval.errors import ConfigError
+
+    label, _, path = spec.partition("=")
+    if not label or not path:
+        raise ConfigError(f"{flag} {spec}: give LABEL=PATH")
+    return label, path
+
+
+def _pairs_of(specs: list[str], flag: str, form: str) -> dict[str, str]:
+    from engram_eval.errors import ConfigError
+
+    out = {}
+    for spec in specs:
+        k, sep, v = spec.partition("=")
+        if not k or not sep or not v:
+            raise ConfigError(f"{flag} {spec}: give {form}")
+        out[k] = v
+    return out
+
+
+def _fit_plot(parts: dict[str, Any], cutoffs: dict[str, float], title: str) -> bytes:
+    """One reliability panel per tuning part (``label -> out-of-fold summary``), each with
+    its cut-off (``label -> cut-off``)."""
     import io
 
     import matplotlib
@@ -268,7 +335,6 @@ def _fit_plot(doc: dict[str, Any]) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    parts = doc["tuning_parts_out_of_fold"]
     fig, axes = plt.subplots(1, len(parts), figsize=(5 * len(parts), 4.6), squeeze=False)
     for ax, (label, s) in zip(axes[0], parts.items(), strict=True):
         ax.plot([0, 1], [0, 1], "--", color="grey", lw=1)
@@ -277,13 +343,12 @@ def _fit_plot(doc: dict[str, Any]) -> bytes:
         for r in b:
             ax.annotate(str(r["n"]), (r["mean_confidence"], r["fraction_correct"]), fontsize=7,
                         textcoords="offset points", xytext=(3, -9))
-        ax.axvline(doc["cutoff"]["value"], color="grey", ls=":", lw=1)
+        ax.axvline(cutoffs[label], color="grey", ls=":", lw=1)
         ax.set_title(f"{label} (tuning part, out-of-fold): n={s['n']}, ECE {s['ece']:.3f}",
                      fontsize=9)
         ax.set_xlabel("confidence of the top result")
         ax.set_ylabel("fraction whose top result is right")
-    fig.suptitle(f"Calibration v3 on tuning parts; chosen cut-off {doc['cutoff']['value']}",
-                 fontsize=9)
+    fig.suptitle(title, fontsize=9)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
@@ -291,6 +356,19 @@ def _fit_plot(doc: dict[str, Any]) -> bytes:
 
 
 # --------------------------------------------------------------------------- measure
+def _calibration_record(cal: Any) -> dict[str, Any]:
+    """What a measurement records of its calibration (v4: each shape's model and cut-off)."""
+    from engram_eval.production.confidence import ShapeCalibration
+
+    if isinstance(cal, ShapeCalibration):
+        return {"path": cal.path, "version": 4,
+                "model_sha256": {k: (m.record or {}).get("model_sha256")
+                                 for k, m in cal.models.items()},
+                "recorded_cutoff": cal.cutoffs}
+    return {"path": cal.path, "model_sha256": (cal.record or {}).get("model_sha256"),
+            "recorded_cutoff": cal.cutoff}
+
+
 def _sources(root: Path) -> dict[str, str]:
     from engram_eval.provenance import frozen as F
     from engram_eval.provenance.sources import confidence_sources
@@ -304,7 +382,7 @@ def measure(args: argparse.Namespace, engine: Engine) -> int:
     (held-out parts only under a frozen manifest; outputs are never overwritten)."""
     from engram_eval.errors import ConfigError, ProvenanceError
     from engram_eval.io import dump_json, exclusive_write
-    from engram_eval.production.confidence import ContextCalibration
+    from engram_eval.production.confidence import ContextCalibration, ShapeCalibration
     from engram_eval.production_eval import calibrate_real as C
     from engram_eval.production_eval.runner import effective_settings
     from engram_eval.provenance import frozen as F
@@ -312,8 +390,8 @@ def measure(args: argparse.Namespace, engine: Engine) -> int:
 
     root = check_source_root(args.source_root)
     cal = engine.calibration()
-    if not isinstance(cal, ContextCalibration):
-        raise ConfigError(f"{cal.path}: measure needs a version-3 calibration")
+    if not isinstance(cal, ContextCalibration | ShapeCalibration):
+        raise ConfigError(f"{cal.path}: measure needs a version-3 or version-4 calibration")
     params = {"bins": args.bins, "resamples": args.resamples, "seed": args.seed,
               "cutoff": engine.settings.min_confidence, "max_questions": args.max_questions}
     manifest = F.build_manifest(runner=MEASURE_RUNNER, input_path=args.dataset, input_kind="dataset",
@@ -334,7 +412,7 @@ def measure(args: argparse.Namespace, engine: Engine) -> int:
     png = Path(str(out).removesuffix(".json") + ".png")
     for f in (out, png):
         if f.exists():
-            raise ProvenanceError(f"{f} already exists; refusing to overwrite")
+            raise ProvenanceError(already_exists(f))
     # the one guard: a subset or mixture of a held-out part is refused outright
     finding = gate_heldout(args.dataset)
     match = None if finding is None else finding.match
@@ -370,10 +448,7 @@ def measure(args: argparse.Namespace, engine: Engine) -> int:
                                 "created_at": frozen["created_at"]}),
            "heldout_match": (None if match is None else
                              {"key": match.key, "name": match.name, "how": match.how}),
-           "manifest": manifest, "calibration": {"path": cal.path,
-                                                 "model_sha256": (cal.record or {}).get(
-                                                     "model_sha256"),
-                                                 "recorded_cutoff": cal.cutoff},
+           "manifest": manifest, "calibration": _calibration_record(cal),
            "started_at": started, "command": sys.argv, **doc}
     exclusive_write(png, C.plot(doc, png, f"{args.dataset_label}: {label}\n"
                                 f"{doc['dataset']['name']} sha256 "

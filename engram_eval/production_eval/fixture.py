@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.data._jsonio import read_json_document
+from engram_eval.data.dates import read_date
 from engram_eval.errors import DataError
 from engram_eval.production.store import Memory
-from engram_eval.retrieval.temporal import unparsable
 
 #: A fixture ``name`` and a ``case_id`` name files (``WORK_DIR/NAME/CASE_ID.sqlite``), so they
 #: are plain names: letters, digits, ``.``, ``_``, ``-``, starting with a letter or digit (no
@@ -124,14 +124,13 @@ def validate_document(doc: Any, path: str | Path) -> None:
                                 f"duplicate memory id {m['id']!r} in this case")
             if not m["text"].strip():
                 raise DataError(path, record, f"memories[{mi}].text", "empty memory text")
-            if unparsable(m.get("date", "")):  # the temporal step would silently ignore it
-                raise DataError(path, record, f"memories[{mi}].date", _not_a_date(m["date"]))
+            # a date the temporal step cannot read would be silently ignored: refused
+            read_date(path, record, f"memories[{mi}].date", m.get("date"), readable=True)
             mids.add(m["id"])
         for qi, q in enumerate(case["questions"]):
             if not q["query"].strip():
                 raise DataError(path, record, f"questions[{qi}].query", "empty query")
-            if unparsable(q.get("now", "")):
-                raise DataError(path, record, f"questions[{qi}].now", _not_a_date(q["now"]))
+            read_date(path, record, f"questions[{qi}].now", q.get("now"), readable=True)
             if q["question_id"] in qids:
                 raise DataError(path, record, f"questions[{qi}].question_id",
                                 f"duplicate question id {q['question_id']!r} (also in "
@@ -141,11 +140,6 @@ def validate_document(doc: Any, path: str | Path) -> None:
                 if g not in mids:
                     raise DataError(path, record, f"questions[{qi}].gold",
                                     f"gold id {g!r} is not a memory of this case")
-
-
-def _not_a_date(text: str) -> str:
-    return (f"{text[:80]!r} is not a calendar date (an impossible day, or no date this "
-            "package reads: 2024-03-02, 2024/03/02, 'March 2, 2024'); leave it out for none")
 
 
 def read_document(path: str | Path) -> Any:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ProvenanceError
-from engram_eval.io import sha256_file
+from engram_eval.io import already_exists, sha256_file
 from engram_eval.production.search import Engine, SearchResponse
 from engram_eval.production.settings import DEFAULT_CALIBRATION
 from engram_eval.production.store import MemoryStore
@@ -200,7 +200,7 @@ def run_fixture(fixture: str | Path, output: str | Path, work_dir: str | Path, e
               for case in view.cases}
     for sp in stores.values():
         if sp.exists():
-            raise ProvenanceError(f"{sp} already exists; use a fresh --work-dir")
+            raise ProvenanceError(already_exists(sp, "use a fresh --work-dir"))
     manifest = current_manifest(fixture, engine, source_root)
     frozen_doc = None
     lpath = ledger or F.default_ledger(source_root)

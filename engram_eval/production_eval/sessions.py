@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from engram_eval.data.records import Question, has_chat_roles
+from engram_eval.data.records import Question, corpus_shape, has_chat_roles
 from engram_eval.production.search import Engine
 from engram_eval.production.store import Memory
 from engram_eval.scoring import protocols as P
@@ -31,8 +31,10 @@ from engram_eval.scoring import protocols as P
 
 @dataclass(frozen=True)
 class SessionQuestion:
-    """One question's memories (its haystack sessions), their pieces and vectors, and the
-    label side: whether it is unanswerable and its gold session ids."""
+    """One question's memories (its haystack sessions), their pieces and vectors, the
+    memory shape of its haystack (:func:`~engram_eval.data.records.corpus_shape`: ``chat``
+    on LongMemEval, ``people`` on LoCoMo; search takes a per-shape calibration's model by
+    it), and the label side: whether it is unanswerable and its gold session ids."""
 
     question: Question
     memories: tuple[Memory, ...]
@@ -40,6 +42,7 @@ class SessionQuestion:
     vectors: np.ndarray
     unanswerable: bool
     gold: tuple[str, ...]
+    shape: str = "chat"
 
 
 def labels(q: Question, fmt: str) -> tuple[bool, tuple[str, ...]] | None:
@@ -77,7 +80,7 @@ def session_questions(engine: Engine, questions: Sequence[Question], fmt: str
         if lab is None:
             continue
         mems, pieces, vecs = question_memories(engine, q)
-        yield SessionQuestion(q, mems, pieces, vecs, lab[0], lab[1])
+        yield SessionQuestion(q, mems, pieces, vecs, lab[0], lab[1], corpus_shape(q.sessions))
 
 
 def search_all(engine: Engine, sq: SessionQuestion) -> Any:
@@ -88,4 +91,4 @@ def search_all(engine: Engine, sq: SessionQuestion) -> Any:
 
     return search_memories(engine, sq.question.question, now=sq.question.question_date,
                            memories=sq.memories, pieces=sq.pieces, vectors=sq.vectors,
-                           limit=len(sq.memories), min_confidence=1.0)
+                           limit=len(sq.memories), min_confidence=1.0, shape=sq.shape)

@@ -16,9 +16,10 @@ from engram_eval.provenance.sidecar import sidecar_path
 def write_derived_sidecar(out: str | os.PathLike[str], *, generators: list[str],
                           dataset: dict[str, Any] | None, runs: Sequence[Any] = (),
                           files: Sequence[str | os.PathLike[str]] = ()) -> Path:
-    """``<out>.metadata.json`` in the layout of scripts/derived_sidecars.py: the file's sha256,
-    the generating module(s) and their sha256, the dataset, and the inputs (paths relative to
-    the output's directory, with sha256 and, for runs, fingerprint and rows hash)."""
+    """``<out>.metadata.json`` in the layout of ``engram_eval.analysis.derived_sidecars``: the
+    file's sha256, the generating module(s) and their sha256, the dataset, and the inputs
+    (paths relative to the output's directory, with sha256 and, for runs, fingerprint and rows
+    hash)."""
     from engram_eval.io import dump_json, exclusive_write, package_root, sha256_file
 
     o = Path(out)

@@ -38,6 +38,7 @@ from typing import Any
 from engram_eval.data._jsonio import read_json_document
 from engram_eval.errors import ProvenanceError
 from engram_eval.io import (
+    already_exists,
     atomic_write,
     exclusive_write,
     file_lock,
@@ -124,8 +125,8 @@ def freeze(path: str | Path, manifest: Mapping[str, Any]) -> Path:
     try:
         exclusive_write(p, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     except FileExistsError:
-        raise ProvenanceError(f"{p} already exists; a frozen manifest is never overwritten "
-                              "(choose a new name)") from None
+        raise ProvenanceError(already_exists(p, "a frozen manifest is never overwritten "
+                                             "(choose a new name)")) from None
     return p
 
 

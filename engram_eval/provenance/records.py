@@ -46,6 +46,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from engram_eval.data import _jsonio
 from engram_eval.data._jsonio import (
     MAX_LINES_BYTES,
     is_gzip,
@@ -56,6 +57,7 @@ from engram_eval.data._jsonio import (
 )
 from engram_eval.errors import InputError, ProvenanceError, StorageError
 from engram_eval.io import (
+    already_exists,
     atomic_write,
     blocking_file,
     canonical_json,
@@ -90,7 +92,8 @@ def refuse_existing(paths: Sequence[str | Path], *, hint: str,
     output, the others its companions) from being created fresh: a file name longer than
     its file system allows or a parent that is a file (one :class:`StorageError` naming the
     output), a symbolic link at any of them (:func:`engram_eval.io.refuse_links`), or one
-    that exists (``"P already exists; refusing to overwrite (HINT)"``)."""
+    that exists (``"P already exists; refusing to overwrite (HINT)"``, or that it is a
+    directory: :func:`engram_eval.io.already_exists`)."""
     ps = [Path(p) for p in paths]
     out = ps[0]
     with storage_errors(out, "create", cls=StorageError):
@@ -101,7 +104,7 @@ def refuse_existing(paths: Sequence[str | Path], *, hint: str,
     refuse_links(*ps)
     for p in ps:
         if p.exists():
-            raise ProvenanceError(f"{p} already exists; refusing to overwrite ({hint})")
+            raise ProvenanceError(already_exists(p, f"refusing to overwrite ({hint})"))
 
 
 # -- the sidecar -----------------------------------------------------------------------------
@@ -126,16 +129,16 @@ def claim_output(output: str | Path, meta: Mapping[str, Any]) -> None:
         try:
             fd = os.open(out, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            raise ProvenanceError(f"{out} already exists; refusing to overwrite "
-                                  f"({RESUMABLE_HINT})") from None
+            raise ProvenanceError(already_exists(out, f"refusing to overwrite "
+                                                 f"({RESUMABLE_HINT})")) from None
         os.close(fd)
     try:
         with storage_errors(side, "create", cls=StorageError):
             exclusive_write(side, meta_text(meta))
     except FileExistsError:
         remove_contained(out, out.parent, recursive=False)  # ours: created empty just now
-        raise ProvenanceError(f"{side} already exists; refusing to overwrite "
-                              f"({RESUMABLE_HINT})") from None
+        raise ProvenanceError(already_exists(side, f"refusing to overwrite "
+                                             f"({RESUMABLE_HINT})")) from None
     except BaseException:
         remove_contained(out, out.parent, recursive=False)
         raise
@@ -273,6 +276,10 @@ def scan_rows(path: str | Path, *, required: Sequence[str],
     lines = data.split(b"\n")
     tail = lines.pop()  # bytes after the last newline ("" when the file ends cleanly)
     torn = len(tail)  # a complete row whose newline was lost is torn too (rewritten)
+    if torn > _jsonio.MAX_LINE_BYTES:  # longer than any row: not one cut short by an interruption
+        raise InputError(path, f"line {len(lines) + 1}", "(root)", f"a last line of more "
+                         f"than {_jsonio.MAX_LINE_BYTES} bytes with no newline: no row is that long, "
+                         "so it is not a row cut short by an interruption; refusing")
     for n, raw in enumerate(lines, start=1):
         try:
             obj = parse_json_line(path, n, raw)

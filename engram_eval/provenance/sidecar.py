@@ -37,7 +37,7 @@ from typing import Any
 
 from engram_eval.data._jsonio import load_schema
 from engram_eval.errors import ProvenanceError
-from engram_eval.io import package_root, sha256_file, sha256_json
+from engram_eval.io import input_problem, package_root, sha256_file, sha256_json
 from engram_eval.provenance.records import (  # noqa: F401  (re-exported: the record kernel)
     claim_output,
     diff,
@@ -57,7 +57,7 @@ PACKAGES = ("engram-eval", "torch", "sentence-transformers", "faiss-cpu", "FlagE
 
 # Allow-lists: every key a run's sidecar may hold, by section. ``verify`` and ``--resume``
 # refuse any other key (:mod:`engram_eval.runs.known_fields`); the writers are
-# :func:`build_metadata` and the few places named below, and tests/test_verify.py checks that
+# :func:`build_metadata` and the few places named below, and tests/runs/test_verify.py checks that
 # everything they write is listed here.
 #: Top level: what :func:`build_metadata` writes, plus ``frozen_source`` (the runner, for a
 #: run under a frozen manifest).
@@ -211,7 +211,14 @@ def validate_sidecar(meta: Any, path: str | Path) -> None:
 
 def read_sidecar(output: str | Path) -> dict[str, Any]:
     """The run's sidecar (:func:`engram_eval.provenance.records.read_meta`), checked against
-    the sidecar schema."""
+    the sidecar schema; where there is none, a result path that is not a file is named
+    first (a directory, a FIFO, absent)."""
+    path = sidecar_path(output)
+    if not path.exists():
+        why = input_problem(output)  # the result itself first: a directory, a FIFO, absent
+        if why:
+            raise ProvenanceError(f"{output}: {why} (a result file is expected there, its "
+                                  f"sidecar {path.name} beside it)")
     meta = read_meta(output)
     validate_sidecar(meta, sidecar_path(output))
     return meta

@@ -141,6 +141,43 @@ def _without_credentials(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+#: A URL inside free text (a log line): a scheme, ``://`` and what follows up to a space or
+#: a quote.
+_URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
+
+
+def public_text(text: str, secret: str | None = None) -> str:
+    """``text`` with every URL in it stripped of user info, query and fragment
+    (:func:`public_url`'s rule) and ``secret`` redacted (:func:`redact`): what a log line
+    may carry. A library's own log lines are not this package's messages -- the HTTP client
+    logs every request's full URL at INFO, credentials included -- so the command line
+    passes every record through :class:`RedactingFilter`."""
+    def clean(m: re.Match[str]) -> str:
+        try:
+            return _without_credentials(m.group())
+        except ValueError:  # not a URL urlsplit can take apart (a bad port, ...)
+            return m.group().split("://", 1)[0] + "://[redacted]"
+
+    return _URL_IN_TEXT.sub(clean, redact(text, secret))
+
+
+class RedactingFilter(logging.Filter):
+    """A handler filter that rewrites every record with :func:`public_text` (URLs without
+    credentials, the API key redacted) before it is formatted; installed by the command line
+    (:mod:`engram_eval.cli.main`), the one place logging is configured."""
+
+    def __init__(self, secret: str | None = None) -> None:
+        super().__init__()
+        self.secret = secret
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = public_text(message, self.secret)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True
+
+
 def public_url(url: str) -> str:
     """``url`` without user info, query or fragment (what a sidecar may record)."""
     parts = urlsplit(url)

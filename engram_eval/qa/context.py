@@ -37,6 +37,7 @@ from engram_eval.data.datasets import open_source
 from engram_eval.data.records import Question, Session
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
 from engram_eval.io import (
+    already_exists,
     dump_json,
     exclusive_write,
     input_problem,
@@ -193,7 +194,7 @@ def export_context(run_path: str | Path, dataset: str | Path, output: str | Path
     out = Path(output)
     for p in (out, sidecar_path(out)):
         if p.exists():
-            raise FileExistsError(f"{p} already exists; refusing to overwrite")
+            raise FileExistsError(already_exists(p))
     ds = Path(dataset)
     why = input_problem(ds)
     if why:

@@ -31,7 +31,14 @@ from engram_eval.data._jsonio import read_json_document
 from engram_eval.data.datasets import open_source
 from engram_eval.data.records import Question
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
-from engram_eval.io import atomic_write, dump_json, input_problem, sha256_file, sha256_json
+from engram_eval.io import (
+    already_exists,
+    atomic_write,
+    dump_json,
+    input_problem,
+    sha256_file,
+    sha256_json,
+)
 from engram_eval.provenance.sidecar import environment, sidecar_path, source_hashes
 from engram_eval.provenance.sources import QA_JUDGE_SOURCES
 from engram_eval.qa import prompts
@@ -211,7 +218,7 @@ def judge(hypotheses: str | Path, dataset: str | Path, output: str | Path | None
         return kept_row_problem(row, q, hyp_by_id[q.question_id], config.judge_model)
 
     if not resume and report_path(out).exists():
-        raise ProvenanceError(f"{report_path(out)} already exists; refusing to overwrite")
+        raise ProvenanceError(already_exists(report_path(out)))
     opened = open_output(out, meta, resume=resume, allowed_ids=ids, required=ROW_FIELDS,
                          check_row=check_row, echo=echo)
     written = 0

@@ -4,7 +4,7 @@ The script reads the JSON data island (``<script type="application/json"
 id="report-data">``), builds the question list and, on demand, a question's drill-down.
 It creates every element with ``document.createElement`` and sets every dataset string
 with ``textContent`` (never as markup), so a question or session text containing markup
-shows as text. ``tests/test_report.py`` checks that the script holds none of
+shows as text. ``tests/report/test_report.py`` checks that the script holds none of
 :data:`FORBIDDEN_IN_SCRIPT`.
 
 Interaction: the search box (question id, text, type, gold session ids), the type and the

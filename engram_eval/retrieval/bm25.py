@@ -40,7 +40,7 @@ One deliberate difference: where rank-bm25's formula is ``0 / 0`` (a document wi
 term when ``k1 = 0``, or an empty document when ``b = 1``) it returns NaN; this engine
 returns 0, the formula's limit and this class's contract (a document that shares no term with
 the query scores 0). Everything else is equal to rank-bm25's ``get_scores``;
-``tests/test_bm25_engine.py`` pins it on edge-case fixtures and seeded random corpora.
+``tests/retrieval/test_bm25_engine.py`` pins it on edge-case fixtures and seeded random corpora.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields
 from typing import Any
 
@@ -33,16 +34,46 @@ def finite_float(text: str) -> float:
     return value
 
 
-def seed_int(text: str) -> int:
-    """``argparse`` type of a seed option: an integer >= 0 (a negative seed is one usage
-    error naming the option)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a seed must be >= 0")
-    return value
+def int_at_least(lo: int, what: str = "the value") -> Callable[[str], int]:
+    """``argparse`` type of an integer option with a floor: an integer >= ``lo``; anything
+    else is one usage error naming the option (argparse adds it) and saying what is wrong
+    (``'-3': a seed must be >= 0``, ``'x' is not an integer``). ``what`` names the value in
+    the message."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"{text!r}: {what} must be >= {lo}")
+        return value
+
+    parse.__name__ = "integer"  # argparse names the type in its own usage errors
+    return parse
+
+
+#: ``argparse`` type of a seed option: an integer >= 0.
+seed_int = int_at_least(0, "a seed")
+#: ``argparse`` type of a count option (folds, bins, resamples, questions): an integer >= 1.
+count_int = int_at_least(1, "a count")
+
+
+def output_file(text: str) -> str:
+    """``argparse`` type of an option naming a file to write: an existing directory, or a
+    path ending in a separator (which names one), is one usage error naming the option,
+    before any work (else the writers, which refuse to overwrite, would call it an
+    existing output). Whether the file may exist is the command's own rule."""
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a directory; give the path of a file "
+                                         "to write")
+    if text.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(f"{text!r} ends in {text[-1]!r}, which names a "
+                                         "directory; give the path of a file to write")
+    return text
+
+
+output_file.__name__ = "file path"
 
 
 def arg_type(name: str, type_name: str) -> Any:

@@ -4,7 +4,9 @@ Three pure pieces:
 
 * :func:`parse_date` reads the session/question date formats the datasets use
   (LongMemEval ``2023/05/20 (Sat) 02:21``, LoCoMo ``1:56 pm on 8 May, 2023``, ISO
-  ``2023-05-20`` and ``May 20, 2023`` / ``20 May 2023``).
+  ``2023-05-20`` and ``May 20, 2023`` / ``20 May 2023``); it lives with the data
+  (:mod:`engram_eval.data.dates`, which checks a record's date fields with it) and is
+  re-exported here.
 * :func:`resolve_time_window` turns the question's time expression ("3 weeks ago",
   "last Saturday", "in March", ...) into an inclusive :class:`TimeWindow` relative to the
   question date.
@@ -62,12 +64,22 @@ no window (:data:`STATUSES`: ``window``, ``no_expression``, ``no_question_date``
 from __future__ import annotations
 
 import calendar
-import functools
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+
+from engram_eval.data.dates import (
+    MONTH_ANY,
+    MONTH_FULL,
+    MONTH_NUMBERS,
+    ORDINAL,
+    YEARS,
+    parse_date,
+    safe_date,
+    unparsable,
+)
 
 __all__ = [
     "STATUSES",
@@ -77,10 +89,9 @@ __all__ = [
     "resolve_time_window",
     "safe_time_window",
     "temporal_multiplier",
+    "unparsable",
 ]
 
-#: Years accepted in dates and time expressions.
-YEARS = range(1900, 2101)
 #: What :func:`safe_time_window` reports for a question.
 STATUSES = ("window", "no_expression", "no_question_date", "parse_error")
 
@@ -114,22 +125,6 @@ class TimeWindow:
 
 # --------------------------------------------------------------------------- vocabulary
 
-_MONTH_NUMBERS: dict[str, int] = {
-    "january": 1, "february": 2, "march": 3, "april": 4, "may": 5, "june": 6,
-    "july": 7, "august": 8, "september": 9, "october": 10, "november": 11, "december": 12,
-    "jan": 1, "feb": 2, "mar": 3, "apr": 4, "jun": 6, "jul": 7, "aug": 8,
-    "sep": 9, "sept": 9, "oct": 10, "nov": 11, "dec": 12,
-}  # fmt: skip
-
-# Full names only where a bare month name stands alone ("in May"); abbreviations are
-# accepted only next to a day number, where they cannot be ordinary words.
-_FULL_MONTH_NAMES = (
-    "january", "february", "march", "april", "may", "june",
-    "july", "august", "september", "october", "november", "december",
-)  # fmt: skip
-_MONTH_FULL = "|".join(_FULL_MONTH_NAMES)
-_MONTH_ANY = _MONTH_FULL + "|sept|sep|jan|feb|mar|apr|jun|jul|aug|oct|nov|dec"
-
 _WEEKDAYS: dict[str, int] = {
     "monday": 0, "tuesday": 1, "wednesday": 2, "thursday": 3,
     "friday": 4, "saturday": 5, "sunday": 6,
@@ -155,7 +150,6 @@ _UNIT = r"day|week|month|year"
 _UNIT_DAYS: dict[str, int] = {"day": 1, "week": 7, "month": 30, "year": 365}
 _AGO_SLACK_DAYS: dict[str, int] = {"day": 1, "week": 4, "month": 15, "year": 183}
 
-_ORD = r"(?:st|nd|rd|th)?"
 _FLAGS = re.IGNORECASE
 
 
@@ -230,68 +224,6 @@ def _quantity(text: str | None) -> tuple[int, bool]:
     if key in _NUMBER_WORDS:
         return _NUMBER_WORDS[key], False
     return int(key), False
-
-
-# --------------------------------------------------------------------------- parse_date
-
-_NUMERIC_DATE = re.compile(r"(?<!\d)(\d{4})[/-](\d{1,2})[/-](\d{1,2})(?!\d)")
-_DAY_MONTH_YEAR = re.compile(
-    rf"\b(\d{{1,2}}){_ORD}\s+(?:of\s+)?({_MONTH_ANY})\.?,?\s+(\d{{4}})(?!\d)", _FLAGS
-)
-_MONTH_DAY_YEAR = re.compile(
-    rf"\b({_MONTH_ANY})\.?\s+(\d{{1,2}}){_ORD},?\s+(\d{{4}})(?!\d)", _FLAGS
-)
-
-
-def _date_matches(text: str) -> Iterator[tuple[int, date | None]]:
-    """Every date-shaped match in ``text`` as (start offset, date or None when invalid)."""
-    for m in _NUMERIC_DATE.finditer(text):
-        yield m.start(), _safe_date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
-    for m in _DAY_MONTH_YEAR.finditer(text):
-        month = _MONTH_NUMBERS[m.group(2).lower()]
-        yield m.start(), _safe_date(int(m.group(3)), month, int(m.group(1)))
-    for m in _MONTH_DAY_YEAR.finditer(text):
-        month = _MONTH_NUMBERS[m.group(1).lower()]
-        yield m.start(), _safe_date(int(m.group(3)), month, int(m.group(2)))
-
-
-def _safe_date(year: int, month: int, day: int) -> date | None:
-    if year not in YEARS:
-        return None
-    try:
-        return date(year, month, day)
-    except ValueError:
-        return None
-
-
-def parse_date(text: str) -> date | None:
-    """The calendar date written in ``text``, or None when there is no valid one.
-
-    Accepted forms (case-insensitive, anywhere in the text; time of day is ignored):
-    ``2023/05/20 (Sat) 02:21`` (LongMemEval), ``1:56 pm on 8 May, 2023`` (LoCoMo),
-    ``2023-05-20`` / ``2023-05-20T08:30:00`` (ISO), ``May 20, 2023`` and ``20 May 2023``
-    (full or abbreviated month names, optional ordinal suffix). When several dates occur,
-    the first valid one in the text wins. Impossible dates (``2023/02/29``) are not dates.
-    """
-    if not isinstance(text, str) or not text.strip():
-        return None
-    found = sorted(
-        ((start, day) for start, day in _date_matches(text) if day is not None),
-        key=lambda item: item[0],
-    )
-    return found[0][1] if found else None
-
-
-def unparsable(text: object) -> bool:
-    """True for a date string that is not empty but that :func:`parse_date` cannot read (an
-    empty or missing date is absent, not unparsable)."""
-    return isinstance(text, str) and bool(text.strip()) and _unreadable(text)
-
-
-@functools.lru_cache(maxsize=4096)
-def _unreadable(text: str) -> bool:
-    # LoCoMo questions share their conversation's sessions: each date is parsed once
-    return parse_date(text) is None
 
 
 def unparsable_dates(question: object) -> tuple[int, int]:
@@ -392,7 +324,7 @@ def _r_weekend(m: re.Match[str], qd: date) -> tuple[date, date, str]:
 
 
 def _r_month(m: re.Match[str], qd: date) -> tuple[date, date, str] | None:
-    month = _MONTH_NUMBERS[m.group("month").lower()]
+    month = MONTH_NUMBERS[m.group("month").lower()]
     year_text = m.group("year")
     year = int(year_text) if year_text else _recent_month(qd, month)
     if year not in YEARS:
@@ -410,16 +342,16 @@ def _r_year(m: re.Match[str], qd: date) -> tuple[date, date, str] | None:
 def _explicit_day(m: re.Match[str], qd: date) -> date | None:
     """The date named by the ``_DATE_BODY`` groups of ``m`` (year optional)."""
     if m.group("iso_y"):
-        return _safe_date(
+        return safe_date(
             int(m.group("iso_y")), int(m.group("iso_m")), int(m.group("iso_d"))
         )
     if m.group("md_month"):
         month, day, year = m.group("md_month"), m.group("md_day"), m.group("md_year")
     else:
         month, day, year = m.group("dm_month"), m.group("dm_day"), m.group("dm_year")
-    month_number = _MONTH_NUMBERS[month.lower().rstrip(".")]
+    month_number = MONTH_NUMBERS[month.lower().rstrip(".")]
     if year:
-        return _safe_date(int(year), month_number, int(day))
+        return safe_date(int(year), month_number, int(day))
     return _recent_day(qd, month_number, int(day))
 
 
@@ -451,7 +383,7 @@ def _r_since(m: re.Match[str], qd: date) -> tuple[date, date, str] | None:
     elif m.group("iso_y") or m.group("md_month") or m.group("dm_month"):
         start = _explicit_day(m, qd)
     else:
-        month = _MONTH_NUMBERS[m.group("s_month").lower()]
+        month = MONTH_NUMBERS[m.group("s_month").lower()]
         year = int(m.group("s_year")) if m.group("s_year") else _recent_month(qd, month)
         if year not in YEARS:
             return None
@@ -464,9 +396,9 @@ def _r_since(m: re.Match[str], qd: date) -> tuple[date, date, str] | None:
 # A date with an optional year, used after "on" and "since"; named groups feed _explicit_day.
 _DATE_BODY = (
     r"(?:(?P<iso_y>\d{4})[/-](?P<iso_m>\d{1,2})[/-](?P<iso_d>\d{1,2})(?!\d)"
-    rf"|(?P<md_month>{_MONTH_ANY})\.?\s+(?P<md_day>\d{{1,2}}){_ORD}(?!\d)"
+    rf"|(?P<md_month>{MONTH_ANY})\.?\s+(?P<md_day>\d{{1,2}}){ORDINAL}(?!\d)"
     r"(?:,?\s+(?P<md_year>\d{4})(?!\d))?"
-    rf"|(?P<dm_day>\d{{1,2}}){_ORD}\s+(?:of\s+)?(?P<dm_month>{_MONTH_ANY})\b\.?"
+    rf"|(?P<dm_day>\d{{1,2}}){ORDINAL}\s+(?:of\s+)?(?P<dm_month>{MONTH_ANY})\b\.?"
     r"(?:,?\s+(?P<dm_year>\d{4})(?!\d))?)"
 )
 
@@ -486,7 +418,7 @@ _RULES: tuple[tuple[re.Pattern[str], _Resolver], ...] = (
             r"|last\s+(?P<s_period>week|month|year)\b"
             r"|(?P<s_yesterday>yesterday)\b"
             rf"|{_DATE_BODY}"
-            rf"|(?P<s_month>{_MONTH_FULL})\b(?:,?\s+(?:of\s+)?(?P<s_year>\d{{4}})(?!\d))?)",
+            rf"|(?P<s_month>{MONTH_FULL})\b(?:,?\s+(?:of\s+)?(?P<s_year>\d{{4}})(?!\d))?)",
             _FLAGS,
         ),
         _r_since,
@@ -534,7 +466,7 @@ _RULES: tuple[tuple[re.Pattern[str], _Resolver], ...] = (
     (
         re.compile(
             r"\b(?:in|during|of)\s+(?:(?:early|mid|late)[\s-]+)?(?:the\s+month\s+of\s+)?"
-            rf"(?P<month>{_MONTH_FULL})\b(?:,?\s+(?:of\s+)?(?P<year>\d{{4}})(?!\d))?",
+            rf"(?P<month>{MONTH_FULL})\b(?:,?\s+(?:of\s+)?(?P<year>\d{{4}})(?!\d))?",
             _FLAGS,
         ),
         _r_month,

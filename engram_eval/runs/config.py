@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -181,7 +182,12 @@ def read_yaml_mapping(path: str | Path, what: str, expected: str) -> dict[str, A
     except ValueError as e:  # an integer of more digits than Python converts
         raise ConfigError(f"{path}: cannot read {what}: {str(e)[:200]}") from None
     except OSError as e:
-        raise ConfigError(f"{path}: cannot read {what}: {e}") from None
+        from engram_eval.io import input_problem
+
+        # a missing file, a dangling link or a loop of links said as every input says it
+        why = input_problem(path) if isinstance(e, FileNotFoundError) or \
+            e.errno == errno.ELOOP else None
+        raise ConfigError(f"{path}: cannot read {what}: {why or e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: {what} top level must be {expected}")
     bad = next((k for k in data if not isinstance(k, str)), _NO_KEY)

@@ -14,7 +14,13 @@ from typing import Any
 
 from engram_eval.data.datasets import load_questions
 from engram_eval.errors import DataError, ProvenanceError
-from engram_eval.io import exclusive_write, refuse_links, remove_contained, sha256_file
+from engram_eval.io import (
+    exclusive_write,
+    input_problem,
+    refuse_links,
+    remove_contained,
+    sha256_file,
+)
 from engram_eval.provenance.sidecar import sidecar_path, summary_path
 from engram_eval.runs.reader import read_run
 from engram_eval.runs.rows import open_rows, read_rows_bytes
@@ -99,8 +105,9 @@ def compress_result(result: str | Path) -> Path:
         raise ProvenanceError(f"{src} already ends in .gz")
     refuse_links(dst, sidecar_path(dst), summary_path(dst))
     for p in (src, sidecar_path(src), summary_path(src)):
-        if not p.is_file():
-            raise ProvenanceError(f"{p} is missing; compress needs the result, its sidecar and "
+        why = input_problem(p)  # missing, a directory, a FIFO, a dangling link: said so
+        if why:
+            raise ProvenanceError(f"{p}: {why}; compress needs the result, its sidecar and "
                                   "its summary")
     with open_rows(src) as f:
         head = f.read(2)

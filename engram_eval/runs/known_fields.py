@@ -3,7 +3,7 @@ the allow-lists their writers define, so a key the package never writes is refus
 ``verify`` (a failed check) and by ``--resume`` (an error, before anything is written).
 
 The allow-lists live beside the writers, so writer and checker cannot drift (and
-tests/test_verify.py checks that every key the writers produce is listed):
+tests/runs/test_verify.py checks that every key the writers produce is listed):
 
 * a row: :data:`engram_eval.runs.rows.ROW_FIELDS` (:func:`~engram_eval.runs.rows.make_row`),
   with the keys of its ``trace`` and ``timing`` objects;

@@ -49,8 +49,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from engram_eval.data.records import Question
 from engram_eval.errors import ProvenanceError, StorageError
 from engram_eval.io import (
+    already_exists,
     atomic_write,
     check_name_lengths,
     describe_os_error,
@@ -213,8 +215,8 @@ class Staging:
                 done.append(final)
         except FileExistsError as e:
             self._unpublish(done)
-            raise ProvenanceError(f"{e.filename2 or e.filename or self.out} already exists; "
-                                  "refusing to overwrite") from None
+            raise ProvenanceError(already_exists(e.filename2 or e.filename or self.out)
+                                  ) from None
         except BaseException:
             self._unpublish(done)
             raise
@@ -260,7 +262,8 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
     ``verify`` against it (``sources_at``: compare the recorded sources with that git
     revision instead of the installed package, as ``verify --sources-at``). ``echo``
     (default: stderr) receives the note about a stale temporary directory removed."""
-    from engram_eval.scoring.summary import build_summary
+    from engram_eval.retrieval.temporal import unparsable_date_counts, unparsable_dates
+    from engram_eval.scoring.summary import build_summary, gold_absent
 
     if not inputs:
         raise ProvenanceError("merge: give at least one shard result")
@@ -280,7 +283,7 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
         Staging(out, echo).acquire().release()
     for p in (out, sidecar_path(out), summary_path(out)):
         if p.exists():
-            raise ProvenanceError(f"{p} already exists; refusing to overwrite")
+            raise ProvenanceError(already_exists(p))
     metas: list[dict[str, Any]] = []
     for path in inputs:
         meta = read_sidecar(path)
@@ -350,7 +353,7 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
     absent = [i for i in all_ids if i not in rows_by_id]
     if absent:  # pragma: no cover - each shard was checked complete
         raise ProvenanceError(f"merge: {len(absent)} question(s) have no row, e.g. {absent[:3]}")
-    _verify_shards(inputs, metas, dataset, sources_at)
+    questions = _verify_shards(inputs, metas, dataset, sources_at)
 
     # Write: rows, sidecar and summary into the temporary directory, then link them into
     # place (rows last); nothing of the output exists until every file is complete.
@@ -374,10 +377,15 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
                              shard_entries, key=lambda e: e["shard"]),
                          "rows_sha256": digest}]
         rows = order_rows(list(rows_by_id.values()), all_ids)
+        # counted from the dataset, as the runner does (verify --dataset re-counts them)
+        selected = [questions[i] for i in all_ids]
         summary = build_summary(rows, ref["protocols"], fingerprint=ref["fingerprint"],
                                 dataset=ref["dataset"]["name"],
                                 dataset_sha256=ref["dataset"]["sha256"],
-                                retriever=ref["config"]["retriever"], rows_sha256=digest)
+                                retriever=ref["config"]["retriever"], rows_sha256=digest,
+                                unparsable_dates=unparsable_date_counts(
+                                    unparsable_dates(q) for q in selected),
+                                gold_absent_from_haystack=len(gold_absent(selected)))
         with _writing(sidecar_path(out)):
             atomic_write(staging.path("metadata.json"), meta_text(side))
         with _writing(summary_path(out)):
@@ -389,9 +397,10 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
 
 
 def _verify_shards(inputs: Sequence[str | Path], metas: Sequence[dict[str, Any]],
-                   dataset: str | Path, sources_at: str | None) -> None:
+                   dataset: str | Path, sources_at: str | None) -> dict[str, Question]:
     """Every shard passes ``verify`` against ``dataset`` (every check run and passed), else
-    one ProvenanceError naming the shard and its failed (or unchecked) checks."""
+    one ProvenanceError naming the shard and its failed (or unchecked) checks; returns the
+    dataset's questions by id."""
     from engram_eval.data.datasets import load_questions
     from engram_eval.runs.verify import verify
 
@@ -410,3 +419,4 @@ def _verify_shards(inputs: Sequence[str | Path], metas: Sequence[dict[str, Any]]
                                                   else "")
             + f". Refusing to merge; nothing was written (see `engram-eval verify {path} "
             f"--dataset {dataset}`)")
+    return questions

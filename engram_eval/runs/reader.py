@@ -148,7 +148,8 @@ def read_run(path: str | Path, *, require_sidecar: bool = False,
     refused."""
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"{p}: no such result file")
+        link = link_problem(p)  # a dangling link or a loop says what it is
+        raise FileNotFoundError(f"{p}: no such result file" + (f" ({link})" if link else ""))
     sidecar = (read_metadata(p) if require_sidecar or within_selection
                else _read_json_object(sidecar_path(p), "sidecar"))
     allowed = sidecar["selection"]["ids"] if within_selection and sidecar else None

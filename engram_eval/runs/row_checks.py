@@ -197,7 +197,7 @@ def _roles_problems(qid: Any, qt: Mapping[str, Any], question: Question) -> list
 def window_trace(window: Any) -> dict[str, str] | None:
     """A question trace's ``time_window`` for ``window``, as the pipeline writes it
     (:func:`engram_eval.retrieval.pipeline.window_trace`, not imported here so that a run
-    of another retriever does not execute the pipeline's module; tests/test_verify.py checks
+    of another retriever does not execute the pipeline's module; tests/runs/test_verify.py checks
     the two agree)."""
     if window is None:
         return None

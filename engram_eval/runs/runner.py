@@ -43,6 +43,7 @@ from engram_eval.data.translations import (
 )
 from engram_eval.errors import ConfigError, DataError, ProvenanceError, StorageError
 from engram_eval.io import (
+    already_exists,
     atomic_write,
     dump_json,
     input_problem,
@@ -84,6 +85,7 @@ from engram_eval.scoring.summary import (
     TABLE_METRICS,
     build_summary,
     format_summary,
+    gold_absent_message,
     summarize_rows,
 )
 
@@ -157,15 +159,12 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
 
     keys: dict[str, str] = {}  # question id -> question key, for the held-out guard
 
-    absent_gold: dict[str, list[str]] = {}  # question id -> answer ids not in its haystack
+    absent_gold: dict[str, tuple[str, ...]] = {}  # question id -> answer ids not in haystack
 
     def _observe(q: Any) -> None:
         keys[q.question_id] = key_of(q)
-        if q.answer_session_ids:
-            haystack = {s.session_id for s in q.sessions}
-            gone = [a for a in q.answer_session_ids if a not in haystack]
-            if gone:
-                absent_gold[q.question_id] = gone
+        if q.gold_absent:
+            absent_gold[q.question_id] = q.gold_absent
         counts = unparsable_dates(q)
         if any(counts):
             bad_dates[q.question_id] = counts
@@ -180,12 +179,9 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
     if not ids:
         _log.warning("%s: --shard %s selects none of the %d questions; its result will have "
                      "0 rows (it only completes a merge)", dataset, config.shard, len(all_ids))
-    absent = [i for i in ids if i in absent_gold]
+    absent = {i: absent_gold[i] for i in ids if i in absent_gold}
     if absent:  # never retrievable: scored as missed, which the user should know
-        _log.warning("%s: %d selected question(s) name answer session ids that are not in "
-                     "their haystack (e.g. %s: %s); no retriever can rank them, so they count "
-                     "as missed in every protocol whose gold is answer_session_ids",
-                     dataset, len(absent), absent[0], ", ".join(absent_gold[absent[0]][:3]))
+        _log.warning("%s", gold_absent_message(dataset, absent))
     dates = unparsable_date_counts(bad_dates[i] for i in ids if i in bad_dates)
     if any(dates.values()):
         _log.warning("%s: %d question date(s) and %d session date(s) are not empty but "
@@ -202,8 +198,7 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
     from engram_eval.provenance.frozen import benchmark_gate
 
     if not (resume or validate_only) and output.exists():
-        raise ProvenanceError(f"{output} already exists; refusing to overwrite "
-                              f"({RESUMABLE_HINT})")
+        raise ProvenanceError(already_exists(output, f"refusing to overwrite ({RESUMABLE_HINT})"))
     gate = benchmark_gate(meta, dataset, frozen_source=frozen_source,
                           freeze_to=freeze_source if validate_only else None,
                           record=not (resume or validate_only), output=str(output),
@@ -237,7 +232,8 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
         record = claim_rows(output, meta)
     try:
         return _loop(config, retriever, source, ids, protocols, meta, record,
-                     started_wall=t_start, command=command, dates=dates, texts=texts)
+                     started_wall=t_start, command=command, dates=dates, texts=texts,
+                     absent=len(absent))
     finally:
         record.close()
 
@@ -268,8 +264,8 @@ def _question_texts(config: RunConfig, meta: dict[str, Any], dataset_ids: Sequen
 def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[str],
           protocols: list[str], meta: dict[str, Any], record: RowRecord, *,
           started_wall: float, command: Sequence[str] | None,
-          dates: dict[str, int] | None = None,
-          texts: Mapping[str, str] | None = None) -> RunOutcome:
+          dates: dict[str, int] | None = None, texts: Mapping[str, str] | None = None,
+          absent: int | None = None) -> RunOutcome:
     # One question at a time (a streamed second pass for LongMemEval), in selection order.
     done, output = record.done, record.output
     todo = replace_texts(source.iter_questions([i for i in ids if i not in done]), texts or {})
@@ -298,12 +294,14 @@ def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[s
             "model_stats": stats, **executor.describe()}
         scan = finish_rows(record, entry, finished=finished, ids=ids, required=REQUIRED_FIELDS)
     assert scan is not None
-    # unparsable_dates: from the dataset, not the rows (verify --dataset re-counts)
+    # unparsable_dates, gold_absent_from_haystack: from the dataset, not the rows (verify
+    # --dataset re-counts them)
     summary = build_summary(order_rows(scan.rows, ids), protocols, fingerprint=record.fingerprint,
                             dataset=meta["dataset"]["name"],
                             dataset_sha256=meta["dataset"]["sha256"],
                             retriever=config.retriever, rows_sha256=scan.sha256,
-                            unparsable_dates=dates, frozen_source=meta.get("frozen_source"))
+                            unparsable_dates=dates, gold_absent_from_haystack=absent,
+                            frozen_source=meta.get("frozen_source"))
     with storage_errors(summary_path(output), "write", RESUME_HINT, cls=StorageError):
         atomic_write(summary_path(output), dump_json(summary))
     return RunOutcome(output, record.fingerprint, n_written, len(ids), summary, record.repaired)

@@ -16,7 +16,7 @@
   their averages while our ``official`` keeps it (recall_all 1, recall_any 0), so compare
   such protocols per question, not by their means.
 
-Metric correspondence (checked on a fixture against ir_measures in tests/test_trec.py):
+Metric correspondence (checked on a fixture against ir_measures in tests/runs/test_trec.py):
 ``recall_any@k`` = ``hit@k`` = ``Success@k``; ``recall_all@k`` = 1 exactly when ``R@k`` = 1;
 ``mrr`` = ``RR``. ``ndcg_any@k`` is the official LongMemEval variant, DCG = rel_1 +
 sum_{i>=2} rel_i / log2(i) (ranks 1 and 2 weigh the same), while TREC ``nDCG@k`` uses
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError, DataError
+from engram_eval.io import already_exists
 from engram_eval.runs.reader import FinishedRun, read_run
 
 
@@ -116,7 +117,7 @@ def export_run(run: FinishedRun | str | Path, *, run_out: str | Path | None,
         raise ConfigError("trec: give --trec-run PATH and/or --trec-qrels PATH")
     for p in (run_out, qrels_out):
         if p and Path(p).exists():
-            raise FileExistsError(f"{p} already exists; refusing to overwrite")
+            raise FileExistsError(already_exists(p))
     if not isinstance(run, FinishedRun):
         run = read_run(run)
     protocol = protocol or run.default_protocol

@@ -44,7 +44,7 @@ from engram_eval.runs.reader import read_metadata, read_rows, read_summary
 from engram_eval.runs.row_checks import field_problems, trace_problems
 from engram_eval.runs.rows import order_rows
 from engram_eval.scoring import protocols as P
-from engram_eval.scoring.summary import summarize_rows
+from engram_eval.scoring.summary import GOLD_ABSENT, gold_absent, summarize_rows
 
 OK, FAIL, NOT_CHECKED = "ok", "FAIL", "not checked"
 
@@ -354,6 +354,11 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
             if stored["unparsable_dates"] != fresh_dates:
                 diffs.append(f"unparsable_dates {stored['unparsable_dates']!r} vs recounted "
                              f"from the dataset {fresh_dates!r}")
+        if questions and GOLD_ABSENT in stored:  # counted from the dataset (older runs lack it)
+            fresh_absent = len(gold_absent(questions[i] for i in ids if i in questions))
+            if type(stored[GOLD_ABSENT]) is not int or stored[GOLD_ABSENT] != fresh_absent:
+                diffs.append(f"{GOLD_ABSENT} {stored[GOLD_ABSENT]!r} vs recounted from the "
+                             f"dataset {fresh_absent!r}")
         if stored.get("fingerprint") != meta["fingerprint"]:
             diffs.append("summary fingerprint differs from the sidecar's")
         for key, want in (("dataset", meta["dataset"]["name"]),

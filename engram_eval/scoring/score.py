@@ -11,6 +11,7 @@ package are measured identically.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,14 @@ from engram_eval.data.records import Question
 from engram_eval.errors import DataError
 from engram_eval.scoring import protocols as P
 from engram_eval.scoring.protocols import default_protocols
-from engram_eval.scoring.summary import summarize_rows
+from engram_eval.scoring.summary import (
+    GOLD_ABSENT,
+    gold_absent,
+    gold_absent_message,
+    summarize_rows,
+)
+
+_log = logging.getLogger(__name__)
 
 
 def read_rankings(path: str | Path, known: Collection[str] | None = None
@@ -66,7 +74,7 @@ def score_rankings(rankings_path: str | Path, dataset: str | Path,
     known = {q.question_id for q in questions}
     ranks = read_rankings(rankings_path, known)  # unknown question ids raise, naming the line
     return _score(ranks, questions, list(protocols or default_protocols(fmt)), strict=strict,
-                  source=rankings_path)
+                  source=rankings_path, dataset=dataset)
 
 
 def score(rankings: Mapping[str, Sequence[str]], dataset: str | Path,
@@ -75,8 +83,9 @@ def score(rankings: Mapping[str, Sequence[str]], dataset: str | Path,
     against a LongMemEval or LoCoMo file, exactly as ``engram-eval score`` does.
 
     Returns the summary ``engram-eval score --output`` writes: ``{"counts": {questions,
-    rankings, missing, session_ids_not_in_corpus}, "protocols": {protocol: {"n", "metrics",
-    ...}}, ...}``. Protocols default to the dataset's (answerable, official, ... for
+    rankings, missing, session_ids_not_in_corpus, gold_absent_from_haystack}, "protocols":
+    {protocol: {"n", "metrics", ...}}, ...}``; questions whose answer session ids are not in
+    their haystack (scored as missed: no system can rank them) are also a logged warning. Protocols default to the dataset's (answerable, official, ... for
     LongMemEval; locomo, ... for LoCoMo). A question without a ranking scores as an empty
     ranking (``strict``: an error); an unknown question id or a ranking that repeats a session
     id is an error (DataError)."""
@@ -96,13 +105,17 @@ def score(rankings: Mapping[str, Sequence[str]], dataset: str | Path,
                             "repeats a session id")
         ranks[qid] = ids
     summary, counts = _score(ranks, questions, list(protocols or default_protocols(fmt)),
-                             strict=strict, source="(rankings)")
+                             strict=strict, source="(rankings)", dataset=dataset)
     return {"counts": counts, **summary}
 
 
 def _score(ranks: Mapping[str, list[str]], questions: Sequence[Question], protocols: list[str],
-           *, strict: bool, source: str | Path) -> tuple[dict[str, Any], dict[str, int]]:
+           *, strict: bool, source: str | Path, dataset: str | Path
+           ) -> tuple[dict[str, Any], dict[str, int]]:
     missing = [q.question_id for q in questions if q.question_id not in ranks]
+    absent = gold_absent(questions)
+    if absent:  # never retrievable, by any system: said, as `engram-eval run` says it
+        _log.warning("%s", gold_absent_message(dataset, absent))
     if missing and strict:
         raise DataError(source, f"question_id={missing[0]}", "question_id",
                         f"no ranking for {len(missing)} question(s) of the dataset")
@@ -118,7 +131,7 @@ def _score(ranks: Mapping[str, list[str]], questions: Sequence[Question], protoc
                      "metrics": {p: P.score_question(q, ranked, p) for p in protocols}})
     summary = summarize_rows(rows, protocols)
     counts = {"questions": len(questions), "rankings": len(ranks), "missing": len(missing),
-              "session_ids_not_in_corpus": foreign}
+              "session_ids_not_in_corpus": foreign, GOLD_ABSENT: len(absent)}
     return summary, counts
 
 

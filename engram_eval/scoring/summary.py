@@ -6,16 +6,21 @@ retriever, ``n_questions``, ``rows_sha256`` (sha256 of the uncompressed rows byt
 per-protocol blocks and, when the retriever traces it, ``temporal_windows`` (how many
 questions got each temporal-parsing status). The runner also gives ``unparsable_dates``
 (``question_date`` / ``session_dates`` that are not empty but cannot be parsed, over the
-selected questions), counted from the dataset rather than the rows, and, for a run under a
-frozen manifest, ``frozen_source``. :data:`SUMMARY_FIELDS` lists every key.
+selected questions) and ``gold_absent_from_haystack`` (how many selected questions name
+answer session ids that are not in their haystack: :func:`gold_absent_message`), both
+counted from the dataset rather than the rows, and, for a run under a frozen manifest,
+``frozen_source``. :data:`SUMMARY_FIELDS` lists every key; summaries written before a key
+existed simply lack it (``verify`` re-derives a key only when it is there).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from engram_eval.data.records import Question
 from engram_eval.scoring import protocols as P
 from engram_eval.scoring.metrics import KS, mean_metrics, random_baseline
 
@@ -82,21 +87,46 @@ def temporal_windows(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 #: summary to (a key outside it was not written by the package).
 SUMMARY_FIELDS = ("fingerprint", "dataset", "dataset_sha256", "retriever", "n_questions",
                   "rows_sha256", "protocols", "temporal_windows", "unparsable_dates",
-                  "frozen_source")
+                  "gold_absent_from_haystack", "frozen_source")
+#: The summary key (and ``engram-eval score``'s count) of questions whose answer session ids
+#: are not all in their haystack.
+GOLD_ABSENT = "gold_absent_from_haystack"
+
+
+def gold_absent(questions: Iterable[Question]) -> dict[str, tuple[str, ...]]:
+    """``{question id: its answer session ids absent from its haystack}`` over
+    ``questions``, for those that have any (:attr:`Question.gold_absent`)."""
+    return {q.question_id: gone for q in questions if (gone := q.gold_absent)}
+
+
+def gold_absent_message(dataset: str | Path, absent: Mapping[str, Sequence[str]]) -> str:
+    """The one warning for the selected questions ``absent`` (:func:`gold_absent`) of
+    ``dataset``; ``""`` when there are none. ``engram-eval run`` and ``score`` give it, and
+    a run's summary counts them (:data:`GOLD_ABSENT`)."""
+    if not absent:
+        return ""
+    qid, gone = next(iter(absent.items()))
+    return (f"{dataset}: {len(absent)} selected question(s) name answer session ids that "
+            f"are not in their haystack (e.g. {qid}: {', '.join(gone[:3])}); no retriever "
+            "can rank them, so they count as missed in every protocol whose gold is "
+            f"answer_session_ids ({GOLD_ABSENT} in the summary)")
 
 
 def build_summary(rows: Sequence[Mapping[str, Any]], protocols: Sequence[str], *,
                   fingerprint: str, dataset: str, dataset_sha256: str, retriever: str,
                   rows_sha256: str, unparsable_dates: Mapping[str, int] | None = None,
+                  gold_absent_from_haystack: int | None = None,
                   frozen_source: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The summary file's content (see the module docstring); ``unparsable_dates`` (counted
-    from the dataset by the runner) and ``frozen_source`` (the sidecar's record of a frozen
-    manifest) are written when given."""
+    """The summary file's content (see the module docstring); ``unparsable_dates`` and
+    ``gold_absent_from_haystack`` (counted from the dataset by the runner and by merge) and
+    ``frozen_source`` (the sidecar's record of a frozen manifest) are written when given."""
     out = {"fingerprint": fingerprint, "dataset": dataset, "dataset_sha256": dataset_sha256,
            "retriever": retriever, "n_questions": len(rows), "rows_sha256": rows_sha256,
            **summarize_rows(rows, protocols)}
     if unparsable_dates is not None:
         out["unparsable_dates"] = dict(unparsable_dates)
+    if gold_absent_from_haystack is not None:
+        out[GOLD_ABSENT] = int(gold_absent_from_haystack)
     if frozen_source is not None:
         out["frozen_source"] = dict(frozen_source)
     return out
@@ -119,5 +149,9 @@ def format_summary(summary: Mapping[str, Any], metric_names: Sequence[str] = TAB
     dates = summary.get("unparsable_dates")
     if dates and any(dates.values()):
         lines.append("unparsable dates: " + ", ".join(f"{k}={v}" for k, v in dates.items()))
+        lines.append("")
+    absent = summary.get(GOLD_ABSENT)
+    if absent:
+        lines.append(f"gold absent from the haystack: {absent} question(s), scored as missed")
         lines.append("")
     return "\n".join(lines)

@@ -1,0 +1,193 @@
+"""engram-eval tune (engram_eval.analysis.tune): offline re-fusion, refusal, hand-checkable optimum."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from engram_eval.analysis.tune import tune
+from engram_eval.cli import main as cli
+from engram_eval.errors import ConfigError, ProvenanceError
+from engram_eval.provenance.sidecar import sidecar_path
+from engram_eval.retrieval import fusion as F
+from engram_eval.runs import runner
+from engram_eval.runs.config import RunConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "fixtures" / "longmemeval_tiny.json"
+EXAMPLE_GRID = ROOT / "benchmarks" / "longmemeval" / "tune_grid.yaml"
+
+# A BM25-only hybrid run (no model needed) that computes and traces every lexical signal.
+LEXICAL_RUN = dict(retriever="hybrid", use_dense=False, use_dense_rocchio=False, use_bm25_turn=True, use_bm25_prf=True,
+                   feedback_source="bm25_user", progress=False, use_cache=False, rerank=False)
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tune-run") / "run.jsonl"
+    runner.run(RunConfig(**LEXICAL_RUN), FIXTURE, out, echo=lambda m: None)
+    return out
+
+
+def write_grid(path: Path, grid: dict) -> Path:
+    path.write_text(yaml.safe_dump(grid))
+    return path
+
+
+def test_tune_reproduces_the_run_and_writes_a_loadable_config(real_run: Path,
+                                                              tmp_path: Path) -> None:
+    grid = write_grid(tmp_path / "g.yaml", {
+        "fusion": ["rrf", "convex"], "normalisation": ["minmax", "zscore"], "rrf_k": [0, 60],
+        "weights": {"bm25_user": [1.0], "bm25_assistant": [0, 0.5], "bm25_turn": [0, 0.3],
+                    "weight_bm25_prf": [0, 0.5]},
+        "temporal": [False, True], "temporal_boost": [1.25, 2.0]})
+    out = tmp_path / "chosen.yaml"
+    res = tune(real_run, grid, out, protocol="all", folds=2)
+    r = res.report
+    # 4 fusion settings x 8 weight combinations x 3 temporal settings
+    assert r["n_candidates"] == 4 * 8 * 3
+    assert r["signals"] == ["bm25_user", "bm25_assistant", "bm25_turn", "bm25_prf"]
+    assert r["in_sample_score"] >= r["run_settings_score"]
+    assert 0.0 <= r["cross_validation"]["estimate"] <= 1.0
+    assert r["run"]["rows_sha256"] and r["dataset"]["sha256"]
+    text = out.read_text()
+    assert text.startswith("# engram-eval tune") and r["run"]["rows_sha256"] in text
+    cfg = RunConfig.from_yaml(out)  # loadable by --config
+    assert cfg.fusion == r["chosen"]["fusion"] and cfg.rrf_k == r["chosen"]["rrf_k"]
+    assert cfg.use_dense is False and cfg.feedback_source == "bm25_user"
+    assert json.loads(res.report_path.read_text())["chosen"] == r["chosen"]
+    with pytest.raises(FileExistsError):
+        tune(real_run, grid, out, protocol="all")
+
+
+def test_tune_refuses_a_run_it_cannot_reproduce(real_run: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    rows = [json.loads(x) for x in real_run.read_text().splitlines()]
+    t = rows[0]["trace"]["sessions"][0]
+    t["bm25_user"] = t["bm25_user"] * 0.5 + 1e-9  # a signal no longer matching the ranking
+    rows[0]["trace"]["sessions"][-1]["bm25_user"] += 100.0
+    rows[0]["trace"]["sessions"][-1]["bm25_user_rank"] = 1
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    shutil.copy(sidecar_path(real_run), sidecar_path(bad))
+    grid = write_grid(tmp_path / "g.yaml", {"rrf_k": [10]})
+    with pytest.raises(ProvenanceError, match="does not reproduce"):
+        tune(bad, grid, tmp_path / "c.yaml", protocol="all")
+    assert not (tmp_path / "c.yaml").exists()
+    # a grid asking for a signal the run did not compute
+    grid2 = write_grid(tmp_path / "g2.yaml", {"weights": {"dense": [0.5]}})
+    with pytest.raises(ConfigError, match="dense"):
+        tune(real_run, grid2, tmp_path / "c2.yaml", protocol="all")
+
+
+def test_tune_reads_gzipped_runs(real_run: Path, tmp_path: Path) -> None:
+    gz = tmp_path / "run.jsonl.gz"
+    gz.write_bytes(gzip.compress(real_run.read_bytes()))
+    shutil.copy(sidecar_path(real_run), sidecar_path(gz))
+    grid = write_grid(tmp_path / "g.yaml", {"fusion": ["convex"]})
+    res = tune(gz, grid, tmp_path / "c.yaml", protocol="all", folds=2)
+    assert res.report["n_candidates"] == 1
+
+
+# --------------------------------------------------------------------------- hand-built run
+
+# Two questions, three sessions each: (dense scores, bm25_user scores (0 = no match), gold).
+HAND = {
+    "q1": ([0.9, 0.5, 0.1], [0.0, 5.0, 0.0], "s1"),
+    "q2": ([0.8, 0.7, 0.2], [1.0, 0.0, 0.0], "s0"),
+}
+OWN = {"method": "rrf", "normalisation": "minmax", "k": 60.0,
+       "weights": {"dense": 1.0, "bm25_user": 0.0}}
+
+
+def hand_rows() -> list[dict]:
+    rows = []
+    for qid, (dense, bm25, gold) in HAND.items():
+        sig = {"dense": F.Signal.of(dense), "bm25_user": F.Signal.of(bm25, np.array(bm25) > 0)}
+        fused = F.fuse(sig, method="rrf", weights=OWN["weights"], k=60.0)
+        final = F.temporal_scores(fused, np.ones(3))
+        order = F.order(final)
+        sessions = []
+        for i in order:
+            t = {"corpus_index": i, "temporal": 1.0, "in_window": None, "reranked": False}
+            for name, s in sig.items():
+                ranks = F.signal_ranks(s.scores, s.informative)
+                t[name], t[name + "_rank"] = float(s.scores[i]), ranks[i]
+            sessions.append(t)
+        rows.append({"question_id": qid, "question_type": "t",
+                     "ranked_session_ids": [f"s{i}" for i in order],
+                     "scores": [float(final[i]) for i in order], "metrics": {},
+                     "gold": {"answerable": [gold]},
+                     "trace": {"question": {"signals": ["dense", "bm25_user"], "fusion": OWN,
+                                            "temporal": False, "temporal_boost": 1.25},
+                               "sessions": sessions}})
+    return rows
+
+
+def test_tune_finds_the_hand_checked_optimum(real_run: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM"):
+        monkeypatch.delenv(k, raising=False)  # cli.main sets them; keep them from leaking
+    run = tmp_path / "hand.jsonl"
+    run.write_text("".join(json.dumps(r) + "\n" for r in hand_rows()))
+    # any valid sidecar without rerank, selecting the hand rows (else a partial run)
+    meta = json.loads(sidecar_path(real_run).read_text())
+    meta["selection"].update(n=len(HAND), ids=list(HAND))
+    sidecar_path(run).write_text(json.dumps(meta))
+    grid = write_grid(tmp_path / "g.yaml", {"fusion": ["convex", "rrf"], "rrf_k": [60],
+                                             "weights": {"dense": [1], "bm25_user": [0, 1]}})
+    out = tmp_path / "c.yaml"
+    code = cli.main(["tune", str(run), "--grid", str(grid), "--output", str(out),
+                     "--objective", "recall_any@1", "--folds", "2"])
+    assert code == 0
+    r = json.loads(Path(str(out) + ".tuning.json").read_text())
+    # candidates in grid order: convex w0, convex w1, rrf w0, rrf w1.
+    # q1 (gold s1): dense alone ranks s0 first (0); adding bm25_user lifts s1: convex
+    #   (1 + 0)/2 = 0.5 < (0.5 + 1)/2 = 0.75, rrf 1/61 < 1/62 + 1/61 -> 1.
+    # q2 (gold s0): s0 is first with or without bm25_user -> 1.
+    assert r["n_candidates"] == 4 and r["n_questions"] == 2
+    assert r["chosen"]["fusion"] == "convex"  # first of the two optima (grid order)
+    assert r["chosen"]["weights"] == {"dense": 1.0, "bm25_user": 1.0}
+    assert r["in_sample_score"] == 1.0 and r["run_settings_score"] == 0.5
+    # 2 folds of one question: trained on q2 alone every candidate scores 1, the first
+    # (convex, bm25_user 0) is chosen and scores 0 on q1; trained on q1 the optimum scores 1
+    # on q2 -> estimate (0 + 1) / 2
+    assert r["cross_validation"]["estimate"] == 0.5
+    cfg = yaml.safe_load(out.read_text())
+    assert cfg["fusion"] == "convex" and cfg["weight_bm25_user"] == 1.0
+    assert cfg["use_bm25_user"] is True
+
+
+def test_example_grid_loads() -> None:
+    from engram_eval.analysis.tune import load_grid
+
+    g = load_grid(EXAMPLE_GRID)
+    assert set(g["fusion"]) == {"rrf", "convex"} and "weights" in g
+
+
+def _load_grid(path: Path) -> object:
+    from engram_eval.analysis.tune import load_grid
+
+    return load_grid(path)
+
+
+@pytest.mark.parametrize(("loader", "text", "expect"), [
+    (_load_grid, "- rrf\n- convex\n", "grid top level must be a mapping of grid fields"),
+    (_load_grid, "fusion: [rrf\n", "cannot read grid"),
+    (RunConfig.from_yaml, "- fusion\n", "config top level must be a mapping of config fields"),
+    (RunConfig.from_yaml, "fusion: [rrf\n", "cannot read config"),
+])
+def test_bad_yaml_file_names_the_file(tmp_path: Path, loader, text: str, expect: str) -> None:  # type: ignore[no-untyped-def]
+    """``tune --grid`` and ``run --config`` share one YAML reader and its errors."""
+    bad = tmp_path / "in.yaml"
+    bad.write_text(text)
+    with pytest.raises(ConfigError, match=expect) as e:
+        loader(bad)
+    assert str(e.value).startswith(f"{bad}: ")
+    with pytest.raises(ConfigError, match="cannot read"):
+        loader(tmp_path / "absent.yaml")

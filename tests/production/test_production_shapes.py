@@ -1,0 +1,318 @@
+"""Issue 30: calibration per memory shape -- the short-memory fixtures (train_short,
+validation_v4), the shape read from the data, and the per-shape calibration file (fitted
+with scikit-learn out of fold, applied with numpy only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PRODUCTION = REPO / "fixtures" / "production"
+FROZEN = PRODUCTION / "frozen"
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _content(name: str) -> tuple[set[str], set[str]]:
+    """(memory texts, question texts) of a production fixture, whitespace and case folded."""
+    doc = json.loads((PRODUCTION / f"{name}.json").read_text(encoding="utf-8"))
+    mems = {_norm(m["text"]) for c in doc["cases"] for m in c["memories"]}
+    qs = {_norm(q["query"]) for c in doc["cases"] for q in c["questions"]}
+    return mems, qs
+
+
+@pytest.mark.parametrize("new", ["train_short", "validation_v4"])
+def test_new_fixtures_share_no_memory_or_question_with_any_other(new: str) -> None:
+    """train_short and validation_v4 are disjoint, by content, from validation_v3, from each
+    other and from every other production fixture."""
+    mems, qs = _content(new)
+    others = sorted(p.stem for p in PRODUCTION.glob("*.json") if p.stem != new)
+    assert {"validation_v3", "train_short", "validation_v4"} - {new} <= set(others)
+    for other in others:
+        om, oq = _content(other)
+        assert not mems & om, (new, other, sorted(mems & om)[:3])
+        assert not qs & oq, (new, other, sorted(qs & oq)[:3])
+
+
+@pytest.mark.parametrize(("name", "heldout", "cases", "questions"),
+                         [("train_short", False, 12, 60), ("validation_v4", True, 8, 40)])
+def test_new_fixtures_load_and_hold_the_v3_mix(name: str, heldout: bool, cases: int,
+                                                questions: int) -> None:
+    """Valid under the package's loader; every case has an absent-answer question (one of
+    five: 20%); validation_v4 is held out by its own field, train_short is not."""
+    from engram_eval.production_eval.fixture import load_fixture
+    from engram_eval.provenance.heldout import fixture_heldout
+
+    path = PRODUCTION / f"{name}.json"
+    view, gold = load_fixture(path)
+    qs = [q for c in view.cases for q in c.queries]
+    assert view.heldout is heldout and len(view.cases) == cases and len(qs) == questions
+    assert all(sum(gold(q.question_id) == () for q in c.queries) == 1 for c in view.cases)
+    assert (fixture_heldout(path) is not None) is heldout
+
+
+@pytest.mark.parametrize("name", ["train_short", "validation_v4"])
+def test_new_fixtures_were_frozen_as_they_are(name: str) -> None:
+    """The frozen-source record written before any fit holds the fixture's sha256."""
+    from engram_eval.io import sha256_file
+    from engram_eval.provenance.frozen import load_manifest
+
+    m = load_manifest(FROZEN / f"{name}.before_calibration.frozen.json")
+    assert m["input"] == {"kind": "fixture", "name": f"{name}.json",
+                          "size": (PRODUCTION / f"{name}.json").stat().st_size,
+                          "sha256": sha256_file(PRODUCTION / f"{name}.json")}
+
+
+# --------------------------------------------------------------------------- the shape
+
+
+def _session(sid: str, *roles: str):
+    from engram_eval.data.records import Session, Turn
+
+    return Session(sid, "2024/01/01 (Mon) 10:00",
+                   tuple(Turn(r, f"{r} says {i}", i) for i, r in enumerate(roles)))
+
+
+def test_corpus_shape_reads_chat_people_and_short_from_the_turns() -> None:
+    from engram_eval.data.records import corpus_shape, has_chat_roles
+
+    chat = [_session("a", "user", "assistant"), _session("b", "user")]
+    people = [_session("c", "Maya", "Leo", "Maya")]
+    short = [_session("d", "user"), _session("e", "user")]
+    assert corpus_shape(chat) == "chat"  # one one-turn session does not make it short
+    assert corpus_shape(people) == "people"
+    assert corpus_shape(short) == "short"
+    assert corpus_shape([_session("f", "assistant")]) == "chat"  # one turn, not the user's
+    assert corpus_shape([_session("g", "Maya")]) == "people"
+    assert corpus_shape([]) == "people"  # no chat roles, as has_chat_roles says
+    # the fusion structure and the shape agree: people exactly when there are no chat roles
+    for corpus in (chat, people, short, []):
+        assert (corpus_shape(corpus) == "people") is (not has_chat_roles(corpus))
+
+
+def test_corpus_shape_of_the_data_the_package_reads() -> None:
+    """Each LongMemEval haystack is chat, each LoCoMo conversation people, and memories as
+    production search hands them to the pipeline are short."""
+    from engram_eval.data.datasets import load_questions
+    from engram_eval.data.records import corpus_shape
+    from engram_eval.production.search import memory_sessions
+    from engram_eval.production.store import Memory
+
+    _, lme = load_questions(REPO / "fixtures" / "longmemeval_tiny.json", "longmemeval")
+    _, loc = load_questions(REPO / "fixtures" / "locomo_tiny.json", "locomo")
+    assert {corpus_shape(q.sessions) for q in lme} == {"chat"}
+    assert {corpus_shape(q.sessions) for q in loc} == {"people"}
+    mems = [Memory("m1", "I adopted a lurcher.", "2025-01-01"),
+            Memory("m2", "A long note.\nWith two lines.", "2025-01-02")]
+    assert corpus_shape(memory_sessions(mems)) == "short"
+
+
+# --------------------------------------------------------------------------- the fit
+
+
+def _part(label: str, seed: int, shape: str, n: int = 40, k: int = 4):
+    """A synthetic part: n questions of k candidates, every 5th unanswerable, gold memories
+    with a higher first feature; groups of 2 questions."""
+    from engram_eval.production.features import FEATURES_V3
+    from engram_eval.production_eval.calibrate_real import PartData
+
+    rng = np.random.default_rng(seed)
+    records = []
+    for q in range(n):
+        unans = q % 5 == 0
+        x = rng.normal(size=(k, len(FEATURES_V3)))
+        x[:, -1] = 1.5  # a constant column: scikit-learn's scale 1 for it
+        gold_at = None if unans else int(rng.integers(0, k))
+        if gold_at is not None:
+            x[gold_at, 0] += 2.0
+        ids = [f"m{j}" for j in range(k)]
+        records.append({"question_id": f"{label}-{q}", "group": f"{label}-{q // 2}",
+                        "unanswerable": unans,
+                        "gold": [] if gold_at is None else [ids[gold_at]], "candidates": ids,
+                        "x": x, "y": np.asarray([1.0 if j == gold_at else 0.0
+                                                 for j in range(k)])})
+    return PartData(label, f"{label}.json", "0" * 64, "synthetic", records, None, shape)
+
+
+
+
+
+@pytest.mark.parametrize("mapping", ["isotonic", "platt"])
+def test_numpy_application_reproduces_scikit_learn(tmp_path: Path, mapping: str) -> None:
+    """The stored model of a shape, loaded and applied with numpy only, gives scikit-learn's
+    predict_proba of the score model and the mapping's prediction to 1e-12."""
+    from engram_eval.io import sha256_json
+    from engram_eval.production.confidence import ShapeCalibration, load_calibration
+    from engram_eval.production.features import FEATURES_V3
+    from engram_eval.production_eval import calibrate_real as C
+
+    parts = [_part("a", 0, "short"), _part("b", 1, "short")]
+    m = C.fit_model(parts, folds=4, mapping=mapping, target_precision=0.5, min_returned=5)
+    entry = C.shape_model_doc(m, "short", parts, candidates=4)
+    doc = {"kind": "engram-eval/production-calibration", "version": 4, "shapes":
+           {"short": entry}, "embedding_model": {"sha256": "e" * 64}, "settings": {}}
+    p = tmp_path / "cal.json"
+    p.write_text(json.dumps(doc), encoding="utf-8")
+    cal = load_calibration(p)
+    assert isinstance(cal, ShapeCalibration)
+    model = cal.for_shape("short")
+    assert model.feature_set == "v3" and model.cutoff == entry["cutoff"]["value"]
+    x, _, _, _ = C._pairs(parts)
+    x = np.vstack([x, np.random.default_rng(7).normal(scale=3, size=(50, len(FEATURES_V3)))])
+    z = model.scores(x)
+    assert np.max(np.abs(1 / (1 + np.exp(-z)) - m.score_model.predict_proba(x)[:, 1])) < 1e-12
+    zs = m.score_model.decision_function(x)
+    want = (m.mapper.predict(zs) if mapping == "isotonic"
+            else m.mapper.predict_proba(zs.reshape(-1, 1))[:, 1])
+    assert np.max(np.abs(model.confidences(x) - want)) < 1e-12
+    # the file names what it was fitted on, and its model hash is of the stored numbers
+    assert [d["sha256"] for d in entry["data"]] == ["0" * 64] * 2
+    assert all(len(d["pairs_sha256"]) == 64 for d in entry["data"])
+    keys = ("feature_set", "features", "standardisation", "logistic", "mapping")
+    assert entry["model_sha256"] == sha256_json({k: entry[k] for k in keys})
+
+
+def test_fit_shapes_fits_each_shape_on_its_own_parts(tiny_engine, tmp_path: Path) -> None:
+    from engram_eval.errors import ConfigError
+    from engram_eval.production.confidence import load_calibration
+    from engram_eval.production_eval import calibrate_real as C
+
+    chat, short = _part("lme", 2, "chat"), _part("fix", 3, "short")
+    doc = C.fit_shapes([chat, short], tiny_engine, folds=4, target_precision={"chat": 0.5,
+                       "short": 0.6}, min_returned=5)
+    assert doc["version"] == 4 and sorted(doc["shapes"]) == ["chat", "short"]
+    assert [d["part"] for d in doc["shapes"]["short"]["data"]] == ["fix"]
+    assert [d["part"] for d in doc["shapes"]["chat"]["data"]] == ["lme"]
+    assert doc["shapes"]["short"]["cutoff"]["target"]["returned_top_gold_rate_at_least"] == 0.6
+    # each shape alone gives the same model as a fit of that shape's parts only
+    alone = C.fit_shapes([short], tiny_engine, folds=4, target_precision=0.6, min_returned=5)
+    assert alone["shapes"]["short"] == doc["shapes"]["short"]
+    p = tmp_path / "cal.json"
+    p.write_text(json.dumps(doc), encoding="utf-8")
+    cal = load_calibration(p)
+    with pytest.raises(ConfigError, match=r"cal\.json: no calibrated model for memory shape "
+                       r"'people' \(this file holds \['chat', 'short'\]\)"):
+        cal.for_shape("people")  # type: ignore[union-attr]
+    bad = json.loads(p.read_text())
+    bad["shapes"]["short"]["features"] = ["dense"]
+    p.write_text(json.dumps(bad), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"shapes\.short\.features"):
+        load_calibration(p)
+    unknown = _part("x", 4, "")  # no shape read from the data
+    with pytest.raises(ConfigError, match="no memory shape"):
+        C.fit_shapes([unknown], tiny_engine, folds=4)
+
+
+# --------------------------------------------------------------------------- held out
+
+
+@pytest.mark.parametrize("name", ["validation_v3", "validation_v4"])
+def test_fitting_refuses_a_heldout_fixture(name: str, tmp_path: Path) -> None:
+    """By its own field, and as a renamed copy that says it is not held out."""
+    from engram_eval.errors import ProvenanceError
+    from engram_eval.production_eval import calibrate_real as C
+
+    src = PRODUCTION / f"{name}.json"
+    with pytest.raises(ProvenanceError, match="the calibration is fitted on tuning parts only"):
+        C.extract_fixture(None, "x", src)  # type: ignore[arg-type]  # refused before use
+    doc = json.loads(src.read_text(encoding="utf-8"))
+    doc.update(name="innocent", heldout=False)
+    copy = tmp_path / "innocent.json"
+    copy.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(ProvenanceError, match=f"fixture {name}.json"):
+        C.extract_fixture(None, "x", copy)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dataset", ["longmemeval_tiny.json", "locomo_tiny.json"])
+def test_fitting_refuses_a_heldout_dataset_part(dataset: str, tmp_path: Path) -> None:
+    from engram_eval.data.split import split_dataset
+    from engram_eval.errors import ProvenanceError
+    from engram_eval.production_eval import calibrate_real as C
+
+    split_dataset(REPO / "fixtures" / dataset, holdout=0.5, salt="t", output_dir=tmp_path)
+    held = next(p for p in tmp_path.glob("*.heldout.json*") if not p.name.endswith(".split.json"))
+    with pytest.raises(ProvenanceError, match="held-out"):
+        C.extract(None, "x", held)  # type: ignore[arg-type]  # refused before use
+
+
+def test_the_command_refuses_validation_v4(capsys: pytest.CaptureFixture[str],
+                                           tmp_path: Path) -> None:
+    from engram_eval.cli.production import main
+
+    out = tmp_path / "cal.json"
+    rc = main(["calibrate-sessions", "--per-shape", "--fixture",
+               f"v4={PRODUCTION / 'validation_v4.json'}", "--output", str(out), "--no-cache",
+               "--no-excerpt-retry"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "validation_v4.json" in err and "tuning parts only" in err, err
+    assert not out.exists()
+    rc = main(["calibrate-sessions", "--fixture", f"t={PRODUCTION / 'train_short.json'}",
+               "--output", str(out), "--no-cache"])
+    assert rc == 2 and "go with --per-shape" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- search
+
+
+@pytest.fixture(scope="module")
+def tiny_engine(tiny_embedding_model):
+    from engram_eval.production.search import Engine
+    from engram_eval.production.settings import ProductionSettings
+
+    return Engine(ProductionSettings(embedding_model=tiny_embedding_model, excerpt_retry=False,
+                                     candidates=4, rerank=False))
+
+
+def test_search_takes_the_model_of_the_memories_shape(tiny_engine, tmp_path: Path) -> None:
+    """End to end with the tiny model: the short shape fitted on train_short, the chat
+    shape on the tiny LongMemEval file; a store's search applies the short model, the
+    session-level gate on LongMemEval the chat model, and LoCoMo (people) is refused."""
+    import dataclasses
+
+    from engram_eval.data.datasets import load_questions
+    from engram_eval.errors import ConfigError
+    from engram_eval.production.search import Engine
+    from engram_eval.production_eval import calibrate_real as C
+    from engram_eval.production_eval.fixture import load_fixture
+    from engram_eval.production_eval.sessions import search_all, session_questions
+
+    short = C.extract_fixture(tiny_engine, "train_short", PRODUCTION / "train_short.json")
+    chat = C.extract(tiny_engine, "lme", REPO / "fixtures" / "longmemeval_tiny.json")
+    assert (short.shape, chat.shape) == ("short", "chat")
+    assert len(short.records) == 60 and {r["group"] for r in short.records} == {
+        f"s{i:02d}" for i in range(1, 13)}
+    doc = C.fit_shapes([short, chat], tiny_engine, folds=3, target_precision=0.5,
+                       min_returned=1)
+    cal_path = tmp_path / "cal.json"
+    cal_path.write_text(json.dumps(doc), encoding="utf-8")
+    eng = Engine(dataclasses.replace(tiny_engine.settings, calibration=str(cal_path)))
+    cal = eng.calibration()
+    view, _ = load_fixture(PRODUCTION / "train_short.json")
+    case = view.cases[0]
+    pieces = eng.pieces(case.memories)
+    vecs = np.asarray(eng.encoder().encode([t for _, t in pieces]), dtype=np.float32)
+    for q, rec in zip(case.queries, short.records[:len(case.queries)], strict=True):
+        resp = eng.search(q.query, now=q.now, memories=case.memories, pieces=pieces,
+                          vectors=vecs, limit=10, min_confidence=1.0)
+        assert resp.question["shape"] == "short"
+        assert [c["id"] for c in resp.candidates] == rec["candidates"]
+        want = cal.for_shape("short").confidences(rec["x"])  # type: ignore[union-attr]
+        assert np.allclose([c["confidence"] for c in resp.candidates], want, atol=1e-12)
+    _, qs = load_questions(REPO / "fixtures" / "longmemeval_tiny.json", "longmemeval")
+    sq, rec = next(session_questions(eng, list(qs), "longmemeval")), chat.records[0]
+    resp = search_all(eng, sq)
+    assert resp.question["shape"] == "chat"
+    want = cal.for_shape("chat").confidences(rec["x"])  # type: ignore[union-attr]
+    assert np.allclose([c["confidence"] for c in resp.candidates], want, atol=1e-12)
+    _, loc = load_questions(REPO / "fixtures" / "locomo_tiny.json", "locomo")
+    with pytest.raises(ConfigError, match="no calibrated model for memory shape 'people'"):
+        search_all(eng, next(session_questions(eng, list(loc), "locomo")))

@@ -1,0 +1,213 @@
+"""Every published run in results/ (discovered: every ``*.jsonl`` / ``*.jsonl.gz``, plain
+or compressed by ``engram-eval compress``) has its sidecar and summary, is listed in
+PROVENANCE.md, passes ``verify`` (metrics recomputed from rows, fingerprint, schema, row
+set, summary) and publishes rankings whose scores never increase; every other file in
+results/ carries a provenance sidecar or is an exempt document (PROVENANCE.md, README*.md).
+
+Recorded source hashes are checked against the commit that added each run to git (``verify
+--sources-at``), so a later code change cannot hide a run whose recorded sources match no
+commit; where that commit cannot be known (no git, a shallow clone, not yet committed) the
+installed-package source check is allowed to be stale. With the real data present, the
+opt-in tier (``pytest -m data``) also re-hashes the dataset, re-derives gold from it and
+re-executes ``RERUN_QUESTIONS`` seeded-sampled questions of every run (``verify --rerun``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from published_checks import (
+    RERUN_QUESTIONS,
+    check_every_file_carries_provenance,
+    check_run_files,
+    check_scores_non_increasing,
+    check_verifies,
+    discover_runs,
+    publishing_commit,
+)
+from real_data import data_dir
+
+from engram_eval.io import sha256_file
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS_DIR = ROOT / "results"
+RESULTS = discover_runs(RESULTS_DIR)
+
+
+def _provenance_text() -> str:
+    return (ROOT / "PROVENANCE.md").read_text(encoding="utf-8")
+
+
+def test_results_directory_holds_published_runs() -> None:
+    assert RESULTS, "results/ holds no published run (*.jsonl or *.jsonl.gz)"
+
+
+@pytest.mark.parametrize("result", RESULTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())
+def test_published_run_has_sidecar_and_is_documented(result: Path) -> None:
+    check_run_files(result)
+    rel = result.relative_to(ROOT).as_posix()
+    assert rel in _provenance_text(), f"{rel} is not listed in PROVENANCE.md"
+
+
+@pytest.mark.parametrize("result", RESULTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())
+def test_published_run_verifies(result: Path) -> None:
+    check_verifies(result, sources_at=publishing_commit(result))
+
+
+@pytest.fixture(scope="session")
+def split_parts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tuning/held-out parts of every published split, re-created with ``engram-eval
+    split`` from the source data and the manifest's salt and fraction; each part's sha256
+    must equal the published manifest's (the split is deterministic)."""
+    from engram_eval.data.split import split_dataset
+
+    parts: dict[str, Path] = {}
+    for manifest in sorted(RESULTS_DIR.rglob("*split_manifest.json")):
+        m = json.loads(manifest.read_text())
+        hits = sorted(data_dir().rglob(m["source"]["name"])) if data_dir().is_dir() else []
+        if not hits:
+            continue
+        out = tmp_path_factory.mktemp("split")
+        split_dataset(hits[0], holdout=m["holdout"], salt=m["salt"], output_dir=out)
+        for part in m["parts"].values():
+            path = out / part["file"]
+            assert sha256_file(path) == part["sha256"], f"{manifest}: {part['file']} differs"
+            parts[part["file"]] = path
+    return parts
+
+
+def _dataset_of(result: Path, split_parts: dict[str, Path]) -> Path:
+    """The file a published run was made on: a re-created split part or a file under the
+    data directory (skip when absent)."""
+    name = json.loads(Path(str(result) + ".metadata.json").read_text())["dataset"]["name"]
+    if name in split_parts:
+        return split_parts[name]
+    hits = sorted(data_dir().rglob(name)) if data_dir().is_dir() else []
+    if not hits:
+        pytest.skip(f"dataset {name} not available under {data_dir()}")
+    return hits[0]
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("result", RESULTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())
+def test_published_run_verifies_against_the_dataset(result: Path,
+                                                    split_parts: dict[str, Path]) -> None:
+    check_verifies(result, _dataset_of(result, split_parts), publishing_commit(result))
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("result", RESULTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())
+def test_published_run_reexecutes(result: Path, split_parts: dict[str, Path]) -> None:
+    """``verify --rerun``: RERUN_QUESTIONS seeded questions re-ranked by today's code give the
+    recorded rankings and scores. A run whose recorded cross-encoder is not on this machine,
+    or is there with other file hashes (one trained by a publish script: weights are never
+    committed, and retraining on another machine may differ in float noise, PROVENANCE.md
+    section 6), is skipped, naming the path and how to re-create it."""
+    from engram_eval.io import sha256_file
+
+    dataset = _dataset_of(result, split_parts)
+    meta = json.loads(Path(str(result) + ".metadata.json").read_text())
+    cfg = meta["config"]
+    model = Path(cfg.get("reranker_model") or "")
+    if cfg.get("rerank") and model.is_absolute():
+        how = ("re-create it with the train-reranker command of the publish script named in "
+               "PROVENANCE.md")
+        if not model.exists():
+            pytest.skip(f"the run's cross-encoder {model} is not on this machine ({how})")
+        recorded = next((m["files_sha256"] for m in meta["models"]
+                         if m["role"] == "reranker"), {})
+        differ = sorted(f for f, h in recorded.items()
+                        if f != "README.md" and (not (model / f).is_file()
+                                                 or sha256_file(model / f) != h))
+        if differ:
+            pytest.skip(f"the cross-encoder at {model} is not the run's ({differ} differ "
+                        f"from the recorded hashes; {how})")
+    check_verifies(result, dataset, publishing_commit(result), RERUN_QUESTIONS)
+
+
+@pytest.mark.parametrize("result", RESULTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())
+def test_published_scores_never_increase_down_a_ranking(result: Path) -> None:
+    check_scores_non_increasing(result)
+
+
+def test_every_file_in_results_carries_provenance() -> None:
+    """Runs have sidecar + summary; every derived file (tables, analyses, figures) has a
+    ``<file>.metadata.json`` whose recorded sha256 matches the file and whose inputs match,
+    and is named in PROVENANCE.md; documents (PROVENANCE.md, README*.md) are exempt."""
+    derived = check_every_file_carries_provenance(RESULTS_DIR)
+    text = _provenance_text()
+    undocumented = [p.relative_to(ROOT).as_posix() for p in derived
+                    if p.relative_to(ROOT).as_posix() not in text and p.name not in text]
+    assert not undocumented, f"not named in PROVENANCE.md: {undocumented}"
+
+
+# --------------------------------------------------------------------------- context exports
+CONTEXTS = sorted(p for p in RESULTS_DIR.rglob("*") if p.name.endswith(
+    (".context.jsonl", ".context.jsonl.gz")))
+
+
+@pytest.mark.parametrize("export", CONTEXTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())
+def test_published_context_export_names_its_run_and_sources(export: Path) -> None:
+    """A published context export (``engram-eval export-context``): its sidecar's fingerprint
+    and rows hash hold (read_context), the run it names is the published one (fingerprint
+    and rows hash), and its recorded sources are those of the commit that added it."""
+    from engram_eval.provenance.sidecar import git_source_hashes
+    from engram_eval.qa.context import read_context
+    from engram_eval.runs.reader import read_run
+
+    rows, meta, _ = read_context(export)
+    run = read_run(export.parent / meta["run"]["path"], require_sidecar=True)
+    assert meta["run"]["fingerprint"] == run.fingerprint
+    assert meta["run"]["rows_sha256"] == run.rows_sha256
+    assert [r["question_id"] for r in rows] == [r["question_id"] for r in run.rows]
+    assert all(len(r["retrieved_session_ids"]) == meta["top_k"] for r in rows)
+    commit = publishing_commit(export)
+    if commit is not None:
+        _, at = git_source_hashes(list(meta["sources"]), commit)
+        assert at == meta["sources"], f"{export}: recorded sources differ from {commit}"
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("export", CONTEXTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())
+def test_published_context_export_is_reproduced_byte_for_byte(export: Path,
+                                                              tmp_path: Path) -> None:
+    """Re-exported from the published run and the dataset by today's code, the file is the
+    same bytes (gzip with mtime 0)."""
+    from engram_eval.qa.context import ContextConfig, export_context
+
+    meta = json.loads(Path(str(export) + ".metadata.json").read_text())
+    hits = sorted(data_dir().rglob(meta["dataset"]["name"])) if data_dir().is_dir() else []
+    if not hits:
+        pytest.skip(f"dataset {meta['dataset']['name']} not available under {data_dir()}")
+    out = tmp_path / export.name
+    export_context(export.parent / meta["run"]["path"], hits[0], out,
+                   ContextConfig(meta["top_k"]), echo=lambda m: None, progress=False)
+    assert sha256_file(out) == sha256_file(export)
+
+
+@pytest.mark.parametrize("result", RESULTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())
+def test_published_run_rebuilds_from_its_recorded_settings(result: Path) -> None:
+    """Whatever today's defaults (the rerank stage on by default, the shipped cross-encoder),
+    ``verify --rerun`` rebuilds every published run from its sidecar's recorded settings: the
+    rebuilt retriever describes exactly what the run recorded (``rerun_retriever`` refuses
+    otherwise) and reranks exactly when the run did. A run whose cross-encoder was a scratch
+    directory that is not on this machine is skipped (the data tier says how to re-create it)."""
+    from engram_eval.errors import ModelUnavailableError, ProvenanceError
+    from engram_eval.runs.verify import rerun_retriever
+
+    meta = json.loads(Path(str(result) + ".metadata.json").read_text())
+    try:
+        retriever = rerun_retriever(meta)
+    except ModelUnavailableError as e:
+        pytest.skip(f"a recorded model is not on this machine: {e}"[:300])
+    except ProvenanceError as e:
+        if "cross-encoder" not in str(e) and "reranker model" not in str(e):
+            raise
+        pytest.skip(f"a scratch cross-encoder here has other file hashes: {e}"[:300])
+    settings = getattr(retriever, "settings", None)
+    if settings is not None and hasattr(settings, "rerank"):
+        assert settings.rerank == bool(meta["config"].get("rerank"))
+        assert settings.reranker_model == meta["config"].get("reranker_model",
+                                                             settings.reranker_model)
