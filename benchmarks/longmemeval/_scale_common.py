@@ -1,5 +1,8 @@
-"""Shared pieces of the scale benchmarks (speed_variants.py, scale.py): one measured run in
-a fresh subprocess (``speed.one_pass``), the provenance header, atomic output."""
+"""Shared pieces of the scale benchmarks (speed_variants.py, speed_rerank.py, speed_memo.py,
+scale.py): one measured run in a fresh subprocess (``speed.one_pass``), the provenance header,
+and the record kernel's whole-document discipline (:mod:`engram_eval.provenance.records`):
+every output refused before any work if it exists, then the progress so far in
+``OUTPUT.partial`` after each step and the final file written atomically (:func:`claim`)."""
 
 from __future__ import annotations
 
@@ -64,25 +67,28 @@ def _scheme() -> str:
     return int8_scheme()
 
 
-def refuse_existing(*paths: str | Path) -> None:
-    for p in paths:
-        if Path(p).exists() or Path(p).is_symlink():
-            raise SystemExit(f"{p} exists (or is a symbolic link); refusing to overwrite")
+def claim(output: str | Path, *also: str | Path) -> Any:
+    """Claim the measurement document ``output`` (and ``also``: a plot) before any work: stop
+    (SystemExit naming it) when one exists, is a symbolic link (dangling or not), or cannot be
+    created (:func:`engram_eval.provenance.records.refuse_existing`). Returns its
+    :class:`~engram_eval.provenance.records.Checkpoint`: ``.save(doc)`` after each step (into
+    ``OUTPUT.partial``), ``.finish(doc)`` once (atomic; the partial file removed)."""
+    from engram_eval.errors import EngramEvalError
+    from engram_eval.provenance.records import Checkpoint, refuse_existing
+
+    try:
+        refuse_existing((output, *also), hint="choose a new output name")
+    except (EngramEvalError, OSError) as e:
+        raise SystemExit(str(e)) from None
+    return Checkpoint(output)
 
 
 def remove_file(path: str | Path) -> None:
-    """Remove this script's own file ``path`` (a ``.partial`` progress file, a scratch file),
-    inside its own directory and never through a link (absent: nothing to do)."""
+    """Remove this script's own file ``path`` (a scratch file), inside its own directory and
+    never through a link (absent: nothing to do)."""
     from engram_eval.io import remove_contained
 
     remove_contained(path, Path(path).parent, recursive=False)
-
-
-def write_json(path: str | Path, obj: Any) -> None:
-    from engram_eval.io import atomic_write
-
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps(obj, indent=2) + "\n")
 
 
 def measure_python(code: str, args: list[str]) -> dict[str, Any]:

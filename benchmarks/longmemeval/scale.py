@@ -144,7 +144,7 @@ def main() -> int:
     ap.add_argument("--ray-workers", type=int, default=2)
     args, extra = ap.parse_known_args()
     plot = args.plot or str(Path(args.output).with_suffix(".png"))
-    common.refuse_existing(args.output, plot)
+    doc = common.claim(args.output, plot)
     sizes = [int(s) for s in args.sizes.split(",")]
     names = [r for r in args.retrievers.split(",") if r]
     scratch = Path(args.scratch or tempfile.mkdtemp(prefix="engram-scale-"))
@@ -226,7 +226,7 @@ def main() -> int:
                                            "trace_sessions": args.stream_trace_sessions},
                                        "ray_workers": args.ray_workers})
     out = {**header, **table}
-    common.write_json(args.output, out)
+    doc.finish(out)
     _plot(table, plot)
     print(f"wrote {args.output} and {plot}")
     return 0

@@ -48,7 +48,7 @@ def main() -> int:
     ap.add_argument("--scratch", help="directory for scratch rows and caches")
     ap.add_argument("--limit", type=int, default=30, help="first N questions of each dataset")
     args = ap.parse_args()
-    common.refuse_existing(args.output)
+    doc = common.claim(args.output)  # refused if it exists; progress in OUTPUT.partial
     datasets = {k: v for k, v in (("longmemeval", args.longmemeval),
                                   ("locomo", args.locomo)) if v}
     if not datasets:
@@ -85,9 +85,8 @@ def main() -> int:
             out["results"][dname][name] = entry
             print(json.dumps({tag: {k: entry[k] for k in (
                 "median_seconds_per_question", "wall_seconds_per_question")}}), flush=True)
-            common.write_json(str(args.output) + ".partial", out)
-    common.write_json(args.output, out)
-    common.remove_file(str(args.output) + ".partial")
+            doc.save(out)
+    doc.finish(out)
     return 0
 
 

@@ -69,7 +69,7 @@ def main() -> int:
     ap.add_argument("--protocol", default="answerable",
                     help="denominator of the paired metrics (locomo for a LoCoMo file)")
     args, extra = ap.parse_known_args()
-    common.refuse_existing(args.output)
+    doc = common.claim(args.output)  # refused if it exists; progress in OUTPUT.partial
     names = [p.strip() for p in args.passes.split(",") if p.strip()]
     unknown = [p for p in names if p not in PASSES]
     if unknown:
@@ -122,9 +122,8 @@ def main() -> int:
                  **{k: entry[k] for k in ("rerank_seconds_per_question",
                                           "rerank_over_first_stage") if k in entry}}
         print(json.dumps({name: shown}), flush=True)
-        common.write_json(str(args.output) + ".partial", out)
-    common.write_json(args.output, out)
-    common.remove_file(str(args.output) + ".partial")
+        doc.save(out)
+    doc.finish(out)
     return 0
 
 

@@ -68,7 +68,7 @@ def main() -> int:
     ap.add_argument("--no-warm", action="store_true", help="skip the warm passes")
     ap.add_argument("--embedding-model", default="all-MiniLM-L6-v2")
     args, extra = ap.parse_known_args()
-    common.refuse_existing(args.output)
+    doc = common.claim(args.output)  # refused if it exists; progress in OUTPUT.partial
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in names if v not in VARIANTS]
     if unknown:
@@ -104,9 +104,8 @@ def main() -> int:
             entry["paired_vs_torch_fp32"] = _paired(scratch / "torch-fp32-cold.jsonl",
                                                     scratch / f"{name}-cold.jsonl")
         out["variants"][name] = entry
-        common.write_json(str(args.output) + ".partial", out)  # progress, replaced below
-    common.write_json(args.output, out)
-    common.remove_file(str(args.output) + ".partial")
+        doc.save(out)
+    doc.finish(out)
     print(json.dumps({n: {"s_per_q_cold": e["cold"]["seconds_per_question"],
                           "warm_speedup": e.get("warm_speedup")}
                       for n, e in out["variants"].items()}))

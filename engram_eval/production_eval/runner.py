@@ -36,18 +36,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engram_eval.errors import ProvenanceError, StorageError
-from engram_eval.io import (
-    already_exists,
-    blocking_file,
-    check_name_lengths,
-    exclusive_write,
-    make_parent,
-    refuse_links,
-    remove_contained,
-    sha256_file,
-    storage_errors,
-)
+from engram_eval.errors import ProvenanceError
+from engram_eval.io import already_exists, sha256_file
 from engram_eval.production.search import Engine, SearchResponse
 from engram_eval.production.settings import DEFAULT_CALIBRATION
 from engram_eval.production.store import MemoryStore
@@ -60,6 +50,13 @@ from engram_eval.production_eval.fixture import (
 )
 from engram_eval.provenance import frozen as F
 from engram_eval.provenance.heldout import HeldoutMatch, fixture_heldout
+from engram_eval.provenance.records import (
+    json_text,
+    publish,
+    refuse_existing,
+    sidecar_path,
+    summary_path,
+)
 from engram_eval.provenance.sources import production_sources
 from engram_eval.retrieval.sources import SEARCH_SOURCES
 
@@ -131,7 +128,7 @@ def store_path(work_dir: str | Path, fixture_name: str, case_id: str) -> Path:
 
 
 def _outputs(output: Path) -> list[Path]:
-    return [output, Path(str(output) + ".summary.json"), Path(str(output) + ".metadata.json")]
+    return [output, summary_path(output), sidecar_path(output)]
 
 
 def search_case(engine: Engine, case: CaseView, store_path: Path) -> list[dict[str, Any]]:
@@ -195,16 +192,10 @@ def run_fixture(fixture: str | Path, output: str | Path, work_dir: str | Path, e
     started = datetime.now(UTC).isoformat(timespec="microseconds")
     view, gold = load_fixture(fixture)
     out = Path(output)
-    with storage_errors(out, "create", cls=StorageError):
-        check_name_lengths(_outputs(out), hint="choose a shorter --output name")
-        blocker = blocking_file(out)
-        if blocker is not None:
-            raise StorageError(out, f"cannot create {out}: {blocker} is a file, not a directory")
-    refuse_links(*_outputs(out))  # a link (dangling or not) where an output goes
-    for p in _outputs(out):
-        if p.exists():
-            raise ProvenanceError(already_exists(p, "refusing to overwrite (choose a new "
-                                                 "output name)"))
+    # a name too long, a parent that is a file, a link (dangling or not) where an output goes
+    # or an existing output: refused before anything is written
+    refuse_existing(_outputs(out), hint="choose a new output name",
+                    length_hint="choose a shorter --output name")
     stores = {case.case_id: store_path(work_dir, view.name, case.case_id)
               for case in view.cases}
     for sp in stores.values():
@@ -269,30 +260,11 @@ def run_fixture(fixture: str | Path, output: str | Path, work_dir: str | Path, e
     import hashlib
 
     side["output_sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    written: list[Path] = []
-    try:
-        for p, data in zip(_outputs(out), (text, json.dumps({**head, "summary": summary},
-                                                            indent=2) + "\n",
-                                           json.dumps(side, indent=2) + "\n"), strict=True):
-            with storage_errors(p, "create", "nothing was kept of this run's output; free "
-                                "space (or fix the file system) and run again", cls=StorageError):
-                make_parent(p)
-                exclusive_write(p, data)
-            written.append(p)
-    except FileExistsError as e:
-        _remove_written(written)
-        raise ProvenanceError(str(e)) from None
-    except BaseException:
-        _remove_written(written)
-        raise
+    publish([(out, text), (summary_path(out), json_text({**head, "summary": summary})),
+             (sidecar_path(out), json_text(side))],
+            hint="nothing was kept of this run's output; free space (or fix the file system) "
+                 "and run again")
     return doc
-
-
-def _remove_written(written: list[Path]) -> None:
-    """Remove the output files this run created a moment ago (inside their own directory,
-    never through a link: :func:`engram_eval.io.remove_contained`)."""
-    for p in written:
-        remove_contained(p, p.parent, recursive=False)
 
 
 def _environment() -> dict[str, Any]:

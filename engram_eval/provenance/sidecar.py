@@ -24,7 +24,6 @@ and use, batch size, Python build and platform (recorded under ``environment`` a
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import socket
@@ -36,21 +35,17 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from engram_eval.data._jsonio import load_schema, read_json_document
-from engram_eval.errors import ProvenanceError, StorageError
-from engram_eval.io import (
-    already_exists,
-    canonical_json,
-    check_name_lengths,
-    exclusive_write,
-    input_problem,
-    make_parent,
-    package_root,
-    refuse_links,
-    remove_contained,
-    sha256_file,
-    sha256_json,
-    storage_errors,
+from engram_eval.data._jsonio import load_schema
+from engram_eval.errors import ProvenanceError
+from engram_eval.io import input_problem, package_root, sha256_file, sha256_json
+from engram_eval.provenance.records import (  # noqa: F401  (re-exported: the record kernel)
+    claim_output,
+    diff,
+    read_meta,
+    record_run,
+    refuse_other_run,
+    sidecar_path,
+    summary_path,
 )
 from engram_eval.provenance.sources import run_sources
 
@@ -204,14 +199,6 @@ def build_metadata(*, dataset_path: str | Path, dataset_sha256: str, dataset_for
     return meta
 
 
-def sidecar_path(output: str | Path) -> Path:
-    return Path(str(output) + ".metadata.json")
-
-
-def summary_path(output: str | Path) -> Path:
-    return Path(str(output) + ".summary.json")
-
-
 def validate_sidecar(meta: Any, path: str | Path) -> None:
     import jsonschema
 
@@ -223,107 +210,24 @@ def validate_sidecar(meta: Any, path: str | Path) -> None:
 
 
 def read_sidecar(output: str | Path) -> dict[str, Any]:
+    """The run's sidecar (:func:`engram_eval.provenance.records.read_meta`), checked against
+    the sidecar schema; where there is none, a result path that is not a file is named
+    first (a directory, a FIFO, absent)."""
     path = sidecar_path(output)
     if not path.exists():
         why = input_problem(output)  # the result itself first: a directory, a FIFO, absent
         if why:
             raise ProvenanceError(f"{output}: {why} (a result file is expected there, its "
                                   f"sidecar {path.name} beside it)")
-        raise ProvenanceError(f"{path}: metadata sidecar is missing; the result file "
-                              f"{output} cannot be resumed or verified without it")
-    try:
-        meta = read_json_document(path, what="a metadata sidecar")
-    except OSError as e:
-        raise ProvenanceError(f"{path}: sidecar is not readable JSON: {e}") from None
-    validate_sidecar(meta, path)
+    meta = read_meta(output)
+    validate_sidecar(meta, sidecar_path(output))
     return meta
 
 
-def diff(old: Any, new: Any, prefix: str = "") -> list[str]:
-    """Human-readable differences ``field: old -> new`` between two JSON values."""
-    if isinstance(old, Mapping) and isinstance(new, Mapping):
-        out = []
-        for k in sorted(set(old) | set(new)):
-            name = f"{prefix}.{k}" if prefix else str(k)
-            if k not in old:
-                out.append(f"{name}: (absent) -> {_short(new[k])}")
-            elif k not in new:
-                out.append(f"{name}: {_short(old[k])} -> (absent)")
-            else:
-                out.extend(diff(old[k], new[k], name))
-        return out
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        out = []
-        for i, (a, b) in enumerate(zip(old, new, strict=False)):
-            out.extend(diff(a, b, f"{prefix}[{i}]"))
-        return out
-    if canonical_json(old) != canonical_json(new):
-        return [f"{prefix}: {_short(old)} -> {_short(new)}"]
-    return []
-
-
-def _short(v: Any, n: int = 80) -> str:
-    s = json.dumps(v, sort_keys=True)
-    return s if len(s) <= n else s[: n - 3] + "..."
-
-
 def compare_for_resume(old: Mapping[str, Any], new: Mapping[str, Any], path: str | Path) -> None:
-    """Refuse (naming every differing field) unless the defining parts are identical."""
+    """Refuse (naming every differing field) unless the defining parts are identical
+    (:func:`engram_eval.provenance.records.refuse_other_run`)."""
     diffs: list[str] = []
     for k in FINGERPRINT_FIELDS:
         diffs.extend(diff(_fingerprint_view(k, old.get(k)), _fingerprint_view(k, new.get(k)), k))
-    if diffs:
-        shown = "\n  ".join(diffs[:40]) + ("\n  ..." if len(diffs) > 40 else "")
-        raise ProvenanceError(f"{path}: cannot resume, the run is not the same as the one "
-                              f"recorded ({len(diffs)} field(s) differ, old -> new):\n  {shown}")
-    if old.get("fingerprint") != fingerprint_of(old):
-        raise ProvenanceError(f"{path}: recorded fingerprint does not match the recorded "
-                              "fields (the sidecar was edited)")
-
-
-def claim_output(output: str | Path, meta: Mapping[str, Any]) -> None:
-    """Fresh run: refuse any existing result, sidecar or summary, and a symbolic link at any
-    of them (dangling or not: :func:`engram_eval.io.refuse_links`); claim the result file
-    with exclusive creation, then create the sidecar exclusively."""
-    out = Path(output)
-    side = sidecar_path(out)
-    summ = summary_path(out)
-    hint = "use --resume to continue that run, or choose a new output name"
-    # Operating-system failures (read-only file system, disk full, a parent that is a file,
-    # a name too long) are one StorageError naming the path; nothing is left behind.
-    with storage_errors(out, "create", cls=StorageError):
-        check_name_lengths((out, side, summ), hint="choose a shorter output name (the sidecar "
-                           "adds '.metadata.json' to it)")
-    refuse_links(out, side, summ)
-    for p in (side, summ):
-        if p.exists():
-            raise ProvenanceError(already_exists(p, f"refusing to overwrite ({hint})"))
-    with storage_errors(out, "create", cls=StorageError):
-        make_parent(out)
-        try:
-            fd = os.open(out, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            raise ProvenanceError(already_exists(out, f"refusing to overwrite ({hint})")
-                                  ) from None
-        os.close(fd)
-    try:
-        with storage_errors(side, "create", cls=StorageError):
-            exclusive_write(side, json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
-    except FileExistsError:
-        remove_contained(out, out.parent, recursive=False)  # ours: created empty just now
-        raise ProvenanceError(already_exists(side, f"refusing to overwrite ({hint})")) from None
-    except BaseException:
-        remove_contained(out, out.parent, recursive=False)
-        raise
-
-
-def record_run(output: str | Path, entry: Mapping[str, Any]) -> None:
-    """Append a measurement entry (host, times, counts) to the sidecar's ``runs`` list.
-
-    ``runs`` is not part of the fingerprint; the sidecar is replaced atomically."""
-    from engram_eval.io import atomic_write
-
-    side = sidecar_path(output)
-    meta = read_json_document(side, what="a metadata sidecar")
-    meta.setdefault("runs", []).append(dict(entry))
-    atomic_write(side, json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    refuse_other_run(path, diffs, recorded=old.get("fingerprint"), recomputed=fingerprint_of(old))

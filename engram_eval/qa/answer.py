@@ -31,7 +31,6 @@ from engram_eval.qa.client import ChatClient, ChatSettings, RetryPolicy, run_bou
 from engram_eval.qa.context import read_context
 from engram_eval.qa.files import finish, open_output
 from engram_eval.qa.prompts import sha256_text
-from engram_eval.runs.rows import RowWriter
 
 KIND = "engram-eval/answers"
 SCHEMA_VERSION = 1
@@ -147,7 +146,7 @@ def answer(context: str | Path, output: str | Path, config: AnswerConfig, *,
     finished = False
     progress = Progress(len(ids), len(opened.done), enabled=config.progress, desc="answers")
     try:
-        with RowWriter(out) as writer:
+        with opened.writer() as writer:
 
             def write(result: tuple[str, str]) -> None:
                 nonlocal written

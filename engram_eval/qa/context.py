@@ -51,7 +51,7 @@ from engram_eval.qa import prompts
 from engram_eval.qa.tokens import TokenCounter, bundled_counter, token_stats
 from engram_eval.retrieval.temporal import parse_date
 from engram_eval.runs.reader import FinishedRun, read_run
-from engram_eval.runs.rows import is_compressed
+from engram_eval.runs.rows import is_compressed, row_line
 from engram_eval.scoring.metrics import recall_all, recall_any
 from engram_eval.scoring.protocols import gold_for
 
@@ -217,8 +217,7 @@ def export_context(run_path: str | Path, dataset: str | Path, output: str | Path
         for q in source.iter_questions(in_file):
             rows[q.question_id] = context_row(q, ranked[q.question_id], config.top_k, counter)
             bar.update(1)
-    lines = "".join(json.dumps(rows[i], ensure_ascii=False, allow_nan=False) + "\n"
-                    for i in order).encode("utf-8")
+    lines = b"".join(row_line(rows[i]) for i in order)
     data = gzip.compress(lines, compresslevel=9, mtime=0) if out.name.endswith(".gz") else lines
     meta = build_meta(run, ds, ds_sha, config, counter, out, order)
     meta["rows_sha256"] = sha256_bytes(lines)

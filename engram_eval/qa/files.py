@@ -1,32 +1,37 @@
-"""The run discipline of the answer and judge files, on the package's own machinery.
+"""The run discipline of the answer and judge files, on the record kernel.
 
-A fresh run claims its JSONL output and sidecar with exclusive creation
-(:func:`engram_eval.provenance.sidecar.claim_output`); rows are appended one durable line at a
-time (:class:`engram_eval.runs.rows.RowWriter`) under an exclusive lock
-(:class:`~engram_eval.runs.rows.OutputLock`). ``--resume`` rebuilds the metadata, refuses any
-difference in its defining fields (naming them) and any sidecar key this version does not
-write, re-reads every row strictly (:func:`~engram_eval.runs.rows.scan_rows`: malformed rows,
-duplicate or unexpected ids are refused), holds every kept row to exactly its writer's fields
-and to the caller's content check (a row whose content no longer matches its recorded hashes,
-or what the inputs give, is refused naming the file, line, question and field), and repairs
-only a torn last line, saying so.
+A fresh run claims its JSONL output and sidecar with exclusive creation and holds an
+exclusive lock on it (:func:`engram_eval.provenance.records.claim_rows`); rows are appended
+one durable line at a time (:class:`~engram_eval.provenance.records.RowWriter`).
+``--resume`` (:func:`~engram_eval.provenance.records.resume_rows`) rebuilds the metadata,
+refuses any difference in its defining fields (naming them) and any sidecar key this version
+does not write, re-reads every row strictly (malformed rows, duplicate or unexpected ids are
+refused), holds every kept row to exactly its writer's fields and to the caller's content
+check (a row whose content no longer matches its recorded hashes, or what the inputs give, is
+refused naming the file, line, question and field), and repairs only a torn last line, saying
+so. What these files record (their fields and fingerprints) is defined here.
 """
 
 from __future__ import annotations
 
-import socket
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engram_eval.data._jsonio import read_json_document
 from engram_eval.errors import ConfigError, ProvenanceError
-from engram_eval.io import link_problem, sha256_json
-from engram_eval.provenance.sidecar import claim_output, diff, record_run, sidecar_path
-from engram_eval.runs.rows import OutputLock, RowScan, is_compressed, scan_rows, truncate_torn_tail
+from engram_eval.io import sha256_json
+from engram_eval.provenance.records import (
+    RowRecord,
+    RowScan,
+    claim_rows,
+    diff,
+    finish_rows,
+    read_meta,
+    refuse_other_run,
+    resume_rows,
+    run_entry,
+    sidecar_path,
+)
 
 #: ``check_row(row)`` on resume: ``None`` for a row that may be kept, else ``(field, what is
 #: wrong)``. The row already holds exactly the writer's fields.
@@ -69,37 +74,19 @@ def fingerprint(meta: Mapping[str, Any], fields: Sequence[str]) -> str:
 
 
 def read_plain_sidecar(output: str | Path) -> dict[str, Any]:
-    side = sidecar_path(output)
-    if not side.exists():
-        link = link_problem(side)
-        raise ProvenanceError(f"{side}: sidecar is missing{f' ({link})' if link else ''}; "
-                              f"{output} cannot be resumed or checked without it")
-    try:
-        meta = read_json_document(side, what="a sidecar")
-    except OSError as e:
-        raise ProvenanceError(f"{side}: not readable JSON ({e})") from None
-    if not isinstance(meta, dict):
-        raise ProvenanceError(f"{side}: the sidecar is not a JSON object")
-    return meta
+    """The sidecar of ``output`` as a JSON object
+    (:func:`engram_eval.provenance.records.read_meta`)."""
+    return read_meta(output)
 
 
-@dataclass
-class Opened:
-    """An output claimed (fresh) or verified (resume), locked until :meth:`close`."""
-
-    output: Path
-    fingerprint: str
-    done: set[str]
-    repaired: bool
-    lock: OutputLock
-
-    def close(self) -> None:
-        self.lock.close()
+#: An output claimed (fresh) or verified (resume), locked until ``close()``: the record
+#: kernel's :class:`~engram_eval.provenance.records.RowRecord`.
+Opened = RowRecord
 
 
 def open_output(output: str | Path, meta: dict[str, Any], *, resume: bool,
                 allowed_ids: Iterable[str], required: Sequence[str], check_row: RowCheck,
-                echo: Callable[[str], None]) -> Opened:
+                echo: Callable[[str], None]) -> RowRecord:
     """Claim ``output`` with ``meta`` (which holds ``fingerprint_fields``), or verify a resume
     against the recorded sidecar; see the module docstring. ``required``: exactly the fields
     of a row; ``check_row``: the content check of each kept row (:data:`RowCheck`)."""
@@ -109,67 +96,40 @@ def open_output(output: str | Path, meta: dict[str, Any], *, resume: bool,
     fields = meta["fingerprint_fields"]
     meta["fingerprint"] = fingerprint(meta, fields)
     if not resume:
-        claim_output(out, meta)  # refuses an existing output, sidecar or summary
-        return Opened(out, meta["fingerprint"], set(), False, OutputLock(out))
-    if not out.exists():
-        raise ProvenanceError(f"{out}: nothing to resume (file does not exist)")
-    if is_compressed(out):
-        raise ProvenanceError(f"{out} is gzip-compressed; a compressed file is final")
-    lock = OutputLock(out)
-    try:
-        old = read_plain_sidecar(out)
-        diffs = diff(fingerprint_view(old, old.get("fingerprint_fields", fields)),
-                     fingerprint_view(meta, fields))
-        if diffs:
-            shown = "\n  ".join(diffs[:40])
-            raise ProvenanceError(f"{sidecar_path(out)}: cannot resume, this is not the run "
-                                  f"recorded ({len(diffs)} field(s) differ, old -> new):\n"
-                                  f"  {shown}")
-        if old.get("fingerprint") != fingerprint(old, old.get("fingerprint_fields", fields)):
-            raise ProvenanceError(f"{sidecar_path(out)}: the recorded fingerprint does not "
-                                  "match the recorded fields (the sidecar was edited)")
+        return claim_rows(out, meta)  # refuses an existing output, sidecar or summary
+
+    def check_meta(path: Path) -> dict[str, Any]:
+        old = read_meta(path)
+        old_fields = old.get("fingerprint_fields", fields)
+        refuse_other_run(sidecar_path(path),
+                         diff(fingerprint_view(old, old_fields), fingerprint_view(meta, fields)),
+                         recorded=old.get("fingerprint"), recomputed=fingerprint(old, old_fields))
         unknown = [k for k in old if k not in meta]  # meta: every key this version writes
         if unknown:
-            raise ProvenanceError(f"{sidecar_path(out)}: field {unknown[0]!r} is not one "
+            raise ProvenanceError(f"{sidecar_path(path)}: field {unknown[0]!r} is not one "
                                   "engram-eval writes in this sidecar; refusing to resume, "
                                   "nothing was written")
-        scan = scan_rows(out, allowed_ids=allowed_ids, required=("question_id",))
-        for line, row in enumerate(scan.rows, start=1):
+        return old
+
+    def check_rows(rows: list[dict[str, Any]]) -> None:
+        for line, row in enumerate(rows, start=1):
             bad = row_key_problem(row, required) or check_row(row)
             if bad is not None:
                 raise row_refusal(out, line, row["question_id"], *bad)
-        repaired = False
-        if scan.torn_bytes:
-            truncate_torn_tail(out, scan.torn_bytes)
-            repaired = True
-            echo(f"repaired {out}: removed a torn last line ({scan.torn_bytes} bytes) left by "
-                 "an interrupted run")
-    except BaseException:
-        lock.close()
-        raise
-    done = {r["question_id"] for r in scan.rows}
-    echo(f"resuming {out}: {len(done)} row(s) already written (fingerprint "
-         f"{old['fingerprint'][:16]}…)")
-    return Opened(out, old["fingerprint"], done, repaired, lock)
+
+    record = resume_rows(out, check_meta=check_meta, allowed_ids=allowed_ids,
+                         required=("question_id",), check_rows=check_rows, echo=echo)
+    echo(f"resuming {out}: {len(record.done)} row(s) already written (fingerprint "
+         f"{record.fingerprint[:16]}…)")
+    return record
 
 
-def finish(opened: Opened, *, resume: bool, started: float, command: Sequence[str] | None,
+def finish(opened: RowRecord, *, resume: bool, started: float, command: Sequence[str] | None,
            written: int, finished: bool, extra: Mapping[str, Any], ids: Sequence[str],
            required: Sequence[str]) -> RowScan | None:
     """Record the run entry in the sidecar; when ``finished``, check the file now holds one
-    row per selected id and return its scan."""
-    scan = None
+    row per selected id and return its scan (:func:`engram_eval.provenance.records.finish_rows`)."""
     entry: dict[str, Any] = {
-        "mode": "resume" if resume else "fresh", "host": socket.gethostname(),
-        "command": list(command) if command is not None else None,
-        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "wall_seconds": round(time.time() - started, 3), "rows_written": written,
+        **run_entry(resume=resume, command=command, started=started), "rows_written": written,
         "repaired_torn_line": opened.repaired, "completed": finished, **extra}
-    if finished:
-        scan = scan_rows(opened.output, allowed_ids=ids, required=required)
-        entry["rows_sha256"] = scan.sha256
-    record_run(opened.output, entry)
-    if scan is not None and (len(scan.rows) != len(ids) or scan.torn_bytes):
-        raise ProvenanceError(f"{opened.output}: expected {len(ids)} rows, found "
-                              f"{len(scan.rows)}")
-    return scan
+    return finish_rows(opened, entry, finished=finished, ids=ids, required=required)

@@ -45,7 +45,7 @@ from engram_eval.qa import prompts
 from engram_eval.qa.client import ChatClient, ChatSettings, RetryPolicy, run_bounded
 from engram_eval.qa.files import finish, open_output
 from engram_eval.qa.report import build_report, format_report
-from engram_eval.runs.rows import RowWriter, scan_rows
+from engram_eval.runs.rows import scan_rows
 
 KIND = "engram-eval/judgement"
 SCHEMA_VERSION = 1
@@ -226,7 +226,7 @@ def judge(hypotheses: str | Path, dataset: str | Path, output: str | Path | None
     todo = [i for i in ids if i not in opened.done]
     progress = Progress(len(ids), len(opened.done), enabled=config.progress, desc="judged")
     try:
-        with RowWriter(out) as writer:
+        with opened.writer() as writer:
 
             def write(row: dict[str, Any]) -> None:
                 nonlocal written

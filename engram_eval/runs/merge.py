@@ -64,6 +64,7 @@ from engram_eval.io import (
     storage_errors,
     streaming_write,
 )
+from engram_eval.provenance.records import meta_text
 from engram_eval.provenance.sidecar import (
     FINGERPRINT_FIELDS,
     _fingerprint_view,
@@ -73,14 +74,8 @@ from engram_eval.provenance.sidecar import (
     sidecar_path,
     summary_path,
 )
-from engram_eval.runs.rows import order_rows, scan_rows
+from engram_eval.runs.rows import order_rows, row_line, scan_rows
 from engram_eval.runs.shard import shard_of, unsharded_selection
-
-
-def _row_line(row: dict[str, Any]) -> bytes:
-    # the runner's RowWriter serialisation
-    return (json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
-
 
 #: What to do after a failed write: nothing of the output is left behind.
 RETRY_HINT = ("nothing was written to the output (the merge's temporary files were removed); "
@@ -370,7 +365,7 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
         with _writing(out):
             with streaming_write(staging.path("rows"), exclusive=True) as f:
                 for i in all_ids:
-                    line = _row_line(rows_by_id[i])
+                    line = row_line(rows_by_id[i])  # as the runner wrote it
                     h.update(line)
                     f.write(line)
         digest = h.hexdigest()
@@ -392,8 +387,7 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
                                     unparsable_dates(q) for q in selected),
                                 gold_absent_from_haystack=len(gold_absent(selected)))
         with _writing(sidecar_path(out)):
-            atomic_write(staging.path("metadata.json"),
-                         json.dumps(side, indent=2, ensure_ascii=False) + "\n")
+            atomic_write(staging.path("metadata.json"), meta_text(side))
         with _writing(summary_path(out)):
             atomic_write(staging.path("summary.json"), dump_json(summary))
         staging.publish()

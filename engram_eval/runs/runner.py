@@ -19,7 +19,6 @@ other code imports from here (``run``, ``format_summary``, ``TABLE_METRICS``, ``
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,12 +51,18 @@ from engram_eval.io import (
     sha256_file,
     storage_errors,
 )
+from engram_eval.provenance.records import (
+    RESUMABLE_HINT,
+    RowRecord,
+    claim_rows,
+    finish_rows,
+    resume_rows,
+    run_entry,
+)
 from engram_eval.provenance.sidecar import (
     build_metadata,
-    claim_output,
     compare_for_resume,
     read_sidecar,
-    record_run,
     sidecar_path,
     summary_path,
 )
@@ -66,14 +71,11 @@ from engram_eval.runs.executors import make_executor
 from engram_eval.runs.known_fields import check_sidecar_fields
 from engram_eval.runs.progress import Progress
 from engram_eval.runs.rows import (
+    REQUIRED_FIELDS,
     RESUME_HINT,
-    OutputLock,
-    RowWriter,
     is_compressed,
     make_row,
     order_rows,
-    scan_rows,
-    truncate_torn_tail,
 )
 from engram_eval.runs.shard import apply_shard, apply_to_metadata, parse_shard
 from engram_eval.runs.verify import check_kept_rows
@@ -196,9 +198,7 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
     from engram_eval.provenance.frozen import benchmark_gate
 
     if not (resume or validate_only) and output.exists():
-        raise ProvenanceError(already_exists(output, "refusing to overwrite (use --resume to "
-                                             "continue that run, or choose a new output "
-                                             "name)"))
+        raise ProvenanceError(already_exists(output, f"refusing to overwrite ({RESUMABLE_HINT})"))
     gate = benchmark_gate(meta, dataset, frozen_source=frozen_source,
                           freeze_to=freeze_source if validate_only else None,
                           record=not (resume or validate_only), output=str(output),
@@ -208,46 +208,34 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
                           {"validated": True, "frozen_source": gate}, False)
     if gate is not None:
         meta["frozen_source"] = gate
-    repaired = False
-    done: set[str] = set()
     if resume:
-        if not output.exists():
-            raise ProvenanceError(f"{output}: nothing to resume (file does not exist)")
-        lock = OutputLock(output)
-        try:
-            old = read_sidecar(output)
-            compare_for_resume(old, meta, sidecar_path(output))
-            check_sidecar_fields(old, sidecar_path(output))  # no key the package never writes
-            scan = scan_rows(output, allowed_ids=ids)
+        def check_meta(out: Path) -> dict[str, Any]:
+            old = read_sidecar(out)
+            compare_for_resume(old, meta, sidecar_path(out))
+            check_sidecar_fields(old, sidecar_path(out))  # no key the package never writes
+            return old
+
+        def check_rows(rows: list[dict[str, Any]]) -> None:
             # Every kept row passes verify's per-row checks against the dataset before
             # anything (even the torn-line repair) is written.
-            kept = {r["question_id"] for r in scan.rows}
-            check_kept_rows(output, scan.rows,
+            kept = {r["question_id"] for r in rows}
+            check_kept_rows(output, rows,
                             replace_texts(source.iter_questions(
                                 [i for i in source.ids if i in kept]), texts),
                             protocols, trace_sessions=config.trace_sessions)
-            if scan.torn_bytes:
-                truncate_torn_tail(output, scan.torn_bytes)
-                repaired = True
-                echo(f"repaired {output}: removed a torn last line ({scan.torn_bytes} bytes) "
-                     "left by an interrupted run")
-        except BaseException:
-            lock.close()
-            raise
-        done = {r["question_id"] for r in scan.rows}
-        fingerprint = old["fingerprint"]
-        echo(f"resuming {output}: {len(done)}/{len(ids)} questions already done "
-             f"(fingerprint {fingerprint[:16]}…)")
+
+        record = resume_rows(output, check_meta=check_meta, allowed_ids=ids,
+                             required=REQUIRED_FIELDS, check_rows=check_rows, echo=echo)
+        echo(f"resuming {output}: {len(record.done)}/{len(ids)} questions already done "
+             f"(fingerprint {record.fingerprint[:16]}…)")
     else:
-        claim_output(output, meta)
-        lock = OutputLock(output)
-        fingerprint = meta["fingerprint"]
+        record = claim_rows(output, meta)
     try:
-        return _loop(config, retriever, source, ids, done, protocols, meta, fingerprint, output,
-                     resume, repaired, started_wall=t_start, command=command, dates=dates,
-                     texts=texts, absent=len(absent))
+        return _loop(config, retriever, source, ids, protocols, meta, record,
+                     started_wall=t_start, command=command, dates=dates, texts=texts,
+                     absent=len(absent))
     finally:
-        lock.close()
+        record.close()
 
 
 def _question_texts(config: RunConfig, meta: dict[str, Any], dataset_ids: Sequence[str],
@@ -274,11 +262,12 @@ def _question_texts(config: RunConfig, meta: dict[str, Any], dataset_ids: Sequen
 
 
 def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[str],
-          done: set[str], protocols: list[str], meta: dict[str, Any], fingerprint: str,
-          output: Path, resume: bool, repaired: bool, *, started_wall: float,
-          command: Sequence[str] | None, dates: dict[str, int] | None = None,
-          texts: Mapping[str, str] | None = None, absent: int | None = None) -> RunOutcome:
+          protocols: list[str], meta: dict[str, Any], record: RowRecord, *,
+          started_wall: float, command: Sequence[str] | None,
+          dates: dict[str, int] | None = None, texts: Mapping[str, str] | None = None,
+          absent: int | None = None) -> RunOutcome:
     # One question at a time (a streamed second pass for LongMemEval), in selection order.
+    done, output = record.done, record.output
     todo = replace_texts(source.iter_questions([i for i in ids if i not in done]), texts or {})
     started = datetime.now(UTC).isoformat(timespec="seconds")
     n_written = 0
@@ -287,7 +276,7 @@ def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[s
     progress = Progress(len(ids), len(done), enabled=config.progress)
     executor = make_executor(config, retriever, protocols, meta)  # local or ray
     try:
-        with RowWriter(output) as writer:
+        with record.writer() as writer:
             for row in executor.rows(todo):  # in selection order; only this process writes
                 writer.write(row)
                 n_written += 1
@@ -298,31 +287,16 @@ def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[s
         stats = executor.stats()
         executor.close()
         entry: dict[str, Any] = {
-            "mode": "resume" if resume else "fresh", "host": socket.gethostname(),
-            "command": list(command) if command is not None else None,
-            "started_at": started,
-            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "wall_seconds": round(time.time() - started_wall, 3),
-            "questions_written": n_written, "repaired_torn_line": repaired,
+            **run_entry(resume=record.resume, command=command, started=started_wall,
+                        started_at=started),
+            "questions_written": n_written, "repaired_torn_line": record.repaired,
             "use_cache": config.use_cache, "cache_dir": config.cache_dir,
             "model_stats": stats, **executor.describe()}
-        if finished:
-            scan = scan_rows(output, allowed_ids=ids)  # read once: rows and their hash
-            entry["rows_sha256"] = scan.sha256
-        try:
-            with storage_errors(sidecar_path(output), "record the run in", RESUME_HINT,
-                                cls=StorageError):
-                record_run(output, entry)
-        except StorageError:
-            if finished:
-                raise
-            # the error that stopped the run (disk full, ...) is the one reported, once
+        scan = finish_rows(record, entry, finished=finished, ids=ids, required=REQUIRED_FIELDS)
     assert scan is not None
-    if len(scan.rows) != len(ids) or scan.torn_bytes:
-        raise ProvenanceError(f"{output}: expected {len(ids)} rows, found {len(scan.rows)}")
     # unparsable_dates, gold_absent_from_haystack: from the dataset, not the rows (verify
     # --dataset re-counts them)
-    summary = build_summary(order_rows(scan.rows, ids), protocols, fingerprint=fingerprint,
+    summary = build_summary(order_rows(scan.rows, ids), protocols, fingerprint=record.fingerprint,
                             dataset=meta["dataset"]["name"],
                             dataset_sha256=meta["dataset"]["sha256"],
                             retriever=config.retriever, rows_sha256=scan.sha256,
@@ -330,4 +304,4 @@ def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[s
                             frozen_source=meta.get("frozen_source"))
     with storage_errors(summary_path(output), "write", RESUME_HINT, cls=StorageError):
         atomic_write(summary_path(output), dump_json(summary))
-    return RunOutcome(output, fingerprint, n_written, len(ids), summary, repaired)
+    return RunOutcome(output, record.fingerprint, n_written, len(ids), summary, record.repaired)

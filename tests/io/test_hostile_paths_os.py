@@ -38,8 +38,8 @@ import pytest
 from engram_eval import io as eio
 from engram_eval.cli import main as cli
 from engram_eval.errors import DataError, ProvenanceError, StorageError
+from engram_eval.provenance import records as rows_mod  # RowWriter opens the rows file here
 from engram_eval.provenance.sidecar import sidecar_path, summary_path
-from engram_eval.runs import rows as rows_mod
 from engram_eval.runs.config import RunConfig
 from engram_eval.runs.merge import staging_dir
 from engram_eval.runs.runner import run
@@ -593,7 +593,7 @@ from pathlib import Path
 import engram_eval.runs.merge as M
 
 ready, out, dataset, *shards = sys.argv[1:]
-real = M._row_line
+real = M.row_line
 count = [0]
 def slow(row):
     count[0] += 1
@@ -601,7 +601,7 @@ def slow(row):
         Path(ready).write_text("ready")
         time.sleep(600)
     return real(row)
-M._row_line = slow
+M.row_line = slow
 M.merge(shards, out, dataset=dataset)
 """
 
