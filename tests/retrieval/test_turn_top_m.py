@@ -23,7 +23,7 @@ from engram_eval.retrieval import pipeline as P
 from engram_eval.retrieval.dense import Piece, session_scores
 from engram_eval.retrieval.settings import LEGACY_VALUES, RetrievalSettings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 K1, B = 1.5, 0.75
 
 
