@@ -16,7 +16,7 @@
 #    the two halves of the tune part (results/lexical/fold{0,1}_d20_a0.8.jsonl.gz, each half
 #    reranked by the fold cross-encoder that never saw it) are read as they are;
 # 3. engram-eval confidence-study on each (default settings: 20 candidates, 5 folds, C 1,
-#    2000 resamples, seed 0) -> OUT/lme_tune.{json,png}, OUT/locomo_tune.{json,png}.
+#    1000 resamples, seed 0) -> OUT/lme_tune.{json,png}, OUT/locomo_tune.{json,png}.
 set -euo pipefail
 LME="$1"
 LOCOMO="$2"

@@ -60,6 +60,7 @@ chosen here.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -67,7 +68,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import date
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -95,7 +96,7 @@ class StudySettings:
     candidates: int = 20
     folds: int = 5
     C: float = 1.0
-    resamples: int = 2000
+    resamples: int = 1000
     seed: int = 0
     level: float = 0.95
 
@@ -408,11 +409,31 @@ def _interval(stat: Callable[[np.ndarray], float | None], n: int, groups: Sequen
                        groups=groups)
 
 
+def _auc(score: np.ndarray, y: np.ndarray) -> float | None:
+    """:func:`engram_eval.scoring.selective.auroc` of arrays (it reads them with
+    ``numpy.asarray``, so they are passed as they are, not copied into lists)."""
+    return S.auroc(cast(Sequence[float], score), cast(Sequence[int], y))
+
+
+def _resampled_auc(score: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], float | None]:
+    """The bootstrap statistic AUROC(score[ix], y[ix]), remembered per drawn ``ix`` (the
+    ablation's intervals draw the same indices, seed for seed, as the combined model's)."""
+    memo: dict[bytes, float | None] = {}
+
+    def stat(ix: np.ndarray) -> float | None:
+        key = hashlib.blake2b(np.ascontiguousarray(ix).tobytes(), digest_size=16).digest()
+        if key not in memo:
+            memo[key] = _auc(score[ix], y[ix])
+        return memo[key]
+
+    return stat
+
+
 def _auroc_with_interval(score: np.ndarray, y: np.ndarray, groups: Sequence[str],
-                         s: StudySettings) -> dict[str, Any]:
-    a = S.auroc(score.tolist(), y.tolist())
-    ci = _interval(lambda ix: S.auroc(score[ix].tolist(), y[ix].tolist()), len(y), groups, s)
-    return {"auroc": a, "interval": ci}
+                         s: StudySettings, stat: Callable[[np.ndarray], float | None] | None = None
+                         ) -> dict[str, Any]:
+    ci = _interval(stat or (lambda ix: _auc(score[ix], y[ix])), len(y), groups, s)
+    return {"auroc": _auc(score, y), "interval": ci}
 
 
 def out_of_fold(x: np.ndarray, y: np.ndarray, groups: Sequence[str], s: StudySettings
@@ -451,6 +472,7 @@ def study_label(x: np.ndarray, y: np.ndarray, groups: Sequence[str], s: StudySet
                 unit: str) -> dict[str, Any]:
     """Per-feature AUROC, the combined model out of fold and its ablation for one label."""
     y = np.asarray(y, dtype=float)
+    context = {f.name: f.context for f in FEATURES}
     per: dict[str, Any] = {}
     usable: list[int] = []
     for j, name in enumerate(FEATURE_NAMES):
@@ -461,8 +483,14 @@ def study_label(x: np.ndarray, y: np.ndarray, groups: Sequence[str], s: StudySet
             per[name] = {**entry, "auroc": None, "interval": None,
                          "note": "not traced in these runs"}
             continue
-        g = [groups[int(i)] for i in np.flatnonzero(ok)]
-        entry.update(_auroc_with_interval(col[ok], y[ok], g, s))
+        if unit == "candidate" and context[name]:
+            # the same value for every candidate of a question: alone it ranks questions, not
+            # candidates; it is measured in the combination (ablation), without an interval
+            entry.update({"auroc": _auc(col[ok], y[ok]), "interval": None,
+                          "note": "question context: no interval alone (see the ablation)"})
+        else:
+            g = [groups[int(i)] for i in np.flatnonzero(ok)]
+            entry.update(_auroc_with_interval(col[ok], y[ok], g, s))
         if ok.all() and np.ptp(col) > 0:
             usable.append(j)
         else:
@@ -472,7 +500,8 @@ def study_label(x: np.ndarray, y: np.ndarray, groups: Sequence[str], s: StudySet
     names = [FEATURE_NAMES[j] for j in usable]
     xs = x[:, usable]
     full = out_of_fold(xs, y, groups, s)
-    combined = {"features": names, **_auroc_with_interval(full, y, groups, s),
+    full_auc = _resampled_auc(full, y)
+    combined = {"features": names, **_auroc_with_interval(full, y, groups, s, full_auc),
                 "aurc": S.aurc(1.0 / (1.0 + np.exp(-full)), y.tolist()) if unit == "question"
                 else None,
                 "coefficients_standardised": _coefficients(xs, y, names, s),
@@ -481,11 +510,10 @@ def study_label(x: np.ndarray, y: np.ndarray, groups: Sequence[str], s: StudySet
     for k, name in enumerate(names):
         rest = [c for c in range(len(names)) if c != k]
         part = out_of_fold(xs[:, rest], y, groups, s) if rest else np.zeros(len(y))
-        a_part = S.auroc(part.tolist(), y.tolist())
+        a_part = _auc(part, y)
 
         def loss(ix: np.ndarray, part: np.ndarray = part) -> float | None:
-            a, b = S.auroc(full[ix].tolist(), y[ix].tolist()), S.auroc(part[ix].tolist(),
-                                                                      y[ix].tolist())
+            a, b = full_auc(ix), _auc(part[ix], y[ix])
             return None if a is None or b is None else a - b
 
         ablation[name] = {"auroc_without": a_part,
@@ -520,8 +548,9 @@ def verdicts(labels: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any
             if p["auroc"] is None:
                 continue
             traced = True
-            lo, hi = p["interval"]["lo"], p["interval"]["hi"]
-            if (lo is not None and (lo > 0.5 or hi < 0.5)
+            ci = p["interval"] or {}
+            lo, hi = ci.get("lo"), ci.get("hi")
+            if (lo is not None and hi is not None and (lo > 0.5 or hi < 0.5)
                     and not (lab == "candidate" and context[name])):
                 alone.append(f"{lab}: AUROC {p['auroc']:.3f} [{lo:.3f}, {hi:.3f}]")
             ab = rep["ablation"].get(name)
@@ -621,20 +650,17 @@ def plot(report: Mapping[str, Any]) -> bytes:
     import matplotlib.pyplot as plt
 
     labs = report["labels"]
-    fig, axes = plt.subplots(1, len(labs), figsize=(5.2 * len(labs), 5.2), squeeze=False,
-                             sharey=True)
+    fig, axes = plt.subplots(1, len(labs), figsize=(5.6 * len(labs), 5.2), squeeze=False)
     for ax, (lab, rep) in zip(axes[0], labs.items(), strict=True):
-        names = [n for n in FEATURE_NAMES if rep["per_feature"][n]["auroc"] is not None]
-        vals = [rep["per_feature"][n]["auroc"] for n in names]
-        lo = [v - (rep["per_feature"][n]["interval"]["lo"] or v) for n, v in zip(names, vals,
-                                                                                 strict=True)]
-        hi = [(rep["per_feature"][n]["interval"]["hi"] or v) - v for n, v in zip(names, vals,
-                                                                                strict=True)]
-        c = rep["combined"]
-        names.append("combined (out of fold)")
-        vals.append(c["auroc"])
-        lo.append(c["auroc"] - (c["interval"]["lo"] or c["auroc"]))
-        hi.append((c["interval"]["hi"] or c["auroc"]) - c["auroc"])
+        pf = rep["per_feature"]
+        shown = [(n, pf[n]) for n in FEATURE_NAMES if pf[n]["interval"] is not None]
+        shown.append(("combined (out of fold)", rep["combined"]))
+        names = [n for n, _ in shown]
+        vals = [e["auroc"] for _, e in shown]
+        lo = [e["auroc"] - (e["interval"]["lo"] if e["interval"]["lo"] is not None
+                            else e["auroc"]) for _, e in shown]
+        hi = [(e["interval"]["hi"] if e["interval"]["hi"] is not None else e["auroc"])
+              - e["auroc"] for _, e in shown]
         yy = np.arange(len(names))
         ax.errorbar(vals, yy, xerr=[lo, hi], fmt="o", capsize=3)
         ax.axvline(0.5, color="grey", ls="--", lw=1)
@@ -643,7 +669,9 @@ def plot(report: Mapping[str, Any]) -> bytes:
         ax.set_xlim(0.0, 1.0)
         ax.set_xlabel("AUROC (95% bootstrap interval)", fontsize=8)
         ax.set_title(f"label: {lab} (n={rep['n']}, positives {rep['positives']}, "
-                     f"{rep['groups']} groups)", fontsize=8)
+                     f"{rep['groups']} groups)" + ("\nquestion-context features: in the "
+                                                   "combination only" if lab == "candidate"
+                                                   else ""), fontsize=8)
     d = report["dataset"]
     fig.suptitle(f"Confidence feature study, {d['name']} (sha256 {d['sha256'][:12]}…), "
                  "tuning part", fontsize=9)
