@@ -208,3 +208,16 @@ def test_the_command_writes_report_figure_and_sidecars(runs: dict[str, Path],
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert Path(str(png) + ".metadata.json").is_file()
     assert cli.main(args) == 2  # never overwritten
+
+
+def test_candidate_rows_stop_where_the_run_stopped_tracing() -> None:
+    """A run made with --trace-sessions 2 gives two candidate rows per question, whatever
+    ``candidates`` asks."""
+    v = _view()
+    row = {"question_id": "q1", "ranked_session_ids": list(v.ranked),
+           "trace": {"sessions": [dict(t) for t in v.traces[:2]]}}
+    recs, left = CS.extract([row], {"q1": v.question}, "longmemeval", NEW, candidates=20)
+    assert left == {"no_gold": 0} and len(recs) == 1
+    r = recs[0]
+    assert r.candidates == ("s1", "s2") and r.labels == (1, 0) and r.top_correct == 1
+    assert r.x.shape == (2, len(CS.FEATURES))

@@ -14,16 +14,20 @@ other question is left out and counted). Gold is read only to label.
 * ``top``: one row per question, the features of its top result; label 1 when the question
   is answerable and its top result is gold (0 for an unanswerable question);
 * ``candidate``: one row per (question, candidate) for the first ``candidates`` results of
-  the final ranking; label 1 when the candidate is gold (never for an unanswerable question).
+  the final ranking, at most as many as the run traced (a run made with ``--trace-sessions
+  N`` keeps the traces of its first N results only); label 1 when the candidate is gold
+  (never for an unanswerable question).
 
 **Features** (:data:`FEATURES`; one pure function each, of a :class:`QuestionView` and a
 candidate position ``i`` in the final ranking, None where the run does not trace what it
-needs). "Terms" are the question's distinct index terms under the run's own lexical
-analyser (:class:`engram_eval.retrieval.analyzer.Analyzer`, from the run's sidecar):
+needs). "Every session" below means every *traced* session of the question (all of them
+unless the run kept fewer traces). "Terms" are the question's distinct index terms under the
+run's own lexical analyser (:class:`engram_eval.retrieval.analyzer.Analyzer`, from the run's
+sidecar):
 
 * ``rerank_logit``: the cross-encoder's raw score of the candidate (``base_raw_score``: its
   best turn's logit under ``rerank_unit: turn``);
-* ``rerank_z``: that logit standardised over every reranked candidate of the question
+* ``rerank_z``: that logit standardised over every (traced) reranked candidate of the question
   ``(x_i - mean) / std`` (population std; None when fewer than 2 or std 0);
 * ``first_stage_rank``: ``log(fused_rank)`` (0 when the first stage also ranked it first);
 * ``rerank_agreement``: Kendall's tau-b between ``fused_rank`` and ``rerank_rank`` over the
@@ -387,7 +391,8 @@ def extract(rows: Sequence[Mapping[str, Any]], questions: Mapping[str, Question]
             left["no_gold"] += 1
             continue
         v = view(q, row, analyzer)
-        k = min(candidates, len(v.ranked))
+        traced = len(v.traces) if 0 < len(v.traces) < len(v.ranked) else len(v.ranked)
+        k = min(candidates, traced)
         if not k:
             raise DataError(where, f"question {qid}", "ranked_session_ids", "is empty")
         ctx = {f.name: f.fn(v, 0) for f in FEATURES if f.context}
