@@ -1,6 +1,7 @@
 """Commands that study finished runs: ``compare`` (paired comparison of two runs),
-``analyze`` (where the missed gold sessions were lost), ``plot`` (recall curves) and ``tune``
-(fusion/temporal settings chosen offline from a run's traces).
+``analyze`` (where the missed gold sessions were lost), ``plot`` (recall curves), ``tune``
+(fusion/temporal settings chosen offline from a run's traces) and ``confidence-study``
+(which traced signals say that the answer is there, out of fold on a tuning part).
 
 Heavy libraries (numpy, scipy, matplotlib) are imported inside the handlers.
 """
@@ -297,6 +298,57 @@ def cmd_train_reranker(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_confidence_study(sub: Any) -> None:
+    from engram_eval.production_eval.confidence_study import StudySettings
+
+    d = StudySettings()
+    cs = sub.add_parser("confidence-study", help="feature study for the production confidence: "
+                        "per-feature and combined out-of-fold AUROC, with intervals, for 'the "
+                        "top result is gold' and 'this candidate is gold' (tuning parts only; "
+                        "a held-out part is refused)")
+    cs.add_argument("run", nargs="+", help="finished runs over DATASET (e.g. the out-of-fold "
+                    "runs of its two halves), each with its sidecar")
+    cs.add_argument("--dataset", required=True, help="the tuning part the runs were made on "
+                    "(its sha256 must be each run's)")
+    cs.add_argument("--output", required=True, help="report JSON (must not exist)")
+    cs.add_argument("--plot", help="also write a per-feature AUROC figure here (.png)")
+    for name, kind in (("candidates", int), ("folds", int), ("C", finite_float),
+                       ("resamples", int), ("seed", seed_int), ("level", finite_float)):
+        cs.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name),
+                        help=f"{StudySettings.HELP[name]} (default {getattr(d, name)})")
+    add_sidecar_arg(cs)
+
+
+def cmd_confidence_study(args: argparse.Namespace) -> int:
+    from engram_eval.io import dump_json, exclusive_write
+    from engram_eval.production_eval.confidence_study import StudySettings, plot, study
+    from engram_eval.provenance.derived import write_derived_sidecar
+    from engram_eval.runs.reader import read_run
+
+    check_free(args, args.output, args.plot)
+    s = StudySettings(**{k: getattr(args, k) for k in StudySettings.__dataclass_fields__})
+    rep = study(args.run, args.dataset, s)
+    for lab, r in rep["labels"].items():
+        c = r["combined"]
+        print(f"{lab}: n={r['n']} positives={r['positives']} combined out-of-fold AUROC "
+              f"{c['auroc']:.3f} [{c['interval']['lo']:.3f}, {c['interval']['hi']:.3f}]")
+    for name, v in rep["verdicts"].items():
+        print(f"  {name}: {v['verdict']}")
+    runs = [read_run(p) for p in args.run]
+    gens = list(derived_sources("confidence-study"))
+    if args.plot:
+        exclusive_write(args.plot, plot(rep))
+        if not args.no_sidecar:
+            write_derived_sidecar(args.plot, generators=gens, dataset=rep["dataset"], runs=runs)
+        print(f"wrote {args.plot}")
+    exclusive_write(args.output, dump_json(rep))
+    if not args.no_sidecar:
+        write_derived_sidecar(args.output, generators=gens, dataset=rep["dataset"], runs=runs)
+    print(f"wrote {args.output}")
+    return 0
+
+
 COMMANDS = {"compare": (add_compare, cmd_compare), "plot": (add_plot, cmd_plot),
             "analyze": (add_analyze, cmd_analyze), "tune": (add_tune, cmd_tune),
-            "train-reranker": (add_train_reranker, cmd_train_reranker)}
+            "train-reranker": (add_train_reranker, cmd_train_reranker),
+            "confidence-study": (add_confidence_study, cmd_confidence_study)}

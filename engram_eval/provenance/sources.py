@@ -210,6 +210,7 @@ COMMAND_GENERATORS: dict[str, tuple[str, ...]] = {
     "compare-plot": ("engram_eval/analysis/plots.py", "engram_eval/analysis/compare.py"),
     "plot": ("engram_eval/analysis/plots.py",),
     "analyze": ("engram_eval/analysis/analyze.py",),
+    "confidence-study": ("engram_eval/production_eval/confidence_study.py",),
     "trec": ("engram_eval/runs/trec.py",),
     "split": ("engram_eval/data/split.py",),
     "report": ("engram_eval/report/build.py", "engram_eval/report/questions.py",
