@@ -18,7 +18,7 @@ from engram_eval.errors import ProvenanceError
 from engram_eval.production_eval import confidence_study as CS
 from engram_eval.retrieval.analyzer import Analyzer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "fixtures" / "longmemeval_tiny.json"
 LOCOMO = ROOT / "fixtures" / "locomo_tiny.json"
 NEW = Analyzer("word", "snowball-english", "en-v1")
