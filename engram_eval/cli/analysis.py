@@ -310,8 +310,10 @@ def add_confidence_study(sub: Any) -> None:
                     "runs of its two halves), each with its sidecar")
     cs.add_argument("--dataset", required=True, help="the tuning part the runs were made on "
                     "(its sha256 must be each run's)")
-    cs.add_argument("--output", required=True, help="report JSON (must not exist)")
-    cs.add_argument("--plot", help="also write a per-feature AUROC figure here (.png)")
+    cs.add_argument("--output", required=True, type=output_file,
+                    help="report JSON (must not exist)")
+    cs.add_argument("--plot", type=output_file,
+                    help="also write a per-feature AUROC figure here (.png)")
     for name, kind in (("candidates", int), ("folds", int), ("C", finite_float),
                        ("resamples", int), ("seed", seed_int), ("level", finite_float)):
         cs.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name),
