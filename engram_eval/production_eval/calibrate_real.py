@@ -82,7 +82,7 @@ from engram_eval.production.features import (
     feature_set,
 )
 from engram_eval.production.search import Engine, memory_signals
-from engram_eval.production_eval.sessions import search_all, session_questions
+from engram_eval.production_eval.sessions import group_of, search_all, session_questions
 from engram_eval.scoring import selective as S
 
 FORMULA = ("z = intercept + sum_k w_k * x_k over features; confidence = interp(z, "
@@ -127,12 +127,6 @@ class PartData:
     @property
     def questions(self) -> int:
         return len(self.records)
-
-
-def group_of(question_id: str, fmt: str) -> str:
-    """The cross-fit group: the conversation on LoCoMo (``conv-26:q0`` -> ``conv-26``), the
-    question elsewhere (a fixture's records carry their case as group instead)."""
-    return question_id.split(":", 1)[0] if fmt == "locomo" else question_id
 
 
 def part_shape(path: str | Path, shapes: dict[str, str]) -> str:

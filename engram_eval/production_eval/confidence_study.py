@@ -354,29 +354,22 @@ class QuestionRecord:
     x: np.ndarray  # (len(candidates), len(FEATURES))
 
 
-def group_of(question_id: str, fmt: str) -> str:
-    """The resampling and fold group: the conversation on LoCoMo, the question elsewhere."""
-    return question_id.split(":", 1)[0] if fmt == "locomo" else question_id
-
-
 def analyzer_of_run(meta: Mapping[str, Any] | None) -> Analyzer:
-    """The run's lexical analyser (its sidecar's ``retriever.lexical``), else the package
-    default's."""
-    lex = ((meta or {}).get("retriever") or {}).get("lexical") or {}
-    if lex.get("lexical_tokenizer"):
-        return Analyzer(lex["lexical_tokenizer"], lex.get("lexical_stemmer", "none"),
-                        lex.get("lexical_stopwords", "none"))
-    from engram_eval.retrieval.analyzer import analyzer_of
-    from engram_eval.retrieval.settings import RetrievalSettings
+    """The run's lexical analyser: the ``lexical_*`` fields of its recorded settings, a field
+    the run predates at its legacy value (the analyser it was made with)."""
+    from types import SimpleNamespace
 
-    return analyzer_of(RetrievalSettings())
+    from engram_eval.retrieval.analyzer import analyzer_of
+    from engram_eval.retrieval.settings import recorded_values
+
+    return analyzer_of(SimpleNamespace(**recorded_values(meta or {})))
 
 
 def extract(rows: Sequence[Mapping[str, Any]], questions: Mapping[str, Question], fmt: str,
             analyzer: Analyzer, candidates: int, *, where: str = "run"
             ) -> tuple[list[QuestionRecord], dict[str, int]]:
     """(records, counts of questions left out and why) of the rows' questions."""
-    from engram_eval.production_eval.sessions import labels
+    from engram_eval.production_eval.sessions import group_of, labels
 
     records: list[QuestionRecord] = []
     left = {"no_gold": 0}
@@ -441,13 +434,19 @@ def _auroc_with_interval(score: np.ndarray, y: np.ndarray, groups: Sequence[str]
     return {"auroc": _auc(score, y), "interval": ci}
 
 
+def combined_model(s: StudySettings) -> Any:
+    """The combined model, unfitted: standardised features, L2 logistic regression."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return make_pipeline(StandardScaler(), LogisticRegression(C=s.C, max_iter=1000))
+
+
 def out_of_fold(x: np.ndarray, y: np.ndarray, groups: Sequence[str], s: StudySettings
                 ) -> np.ndarray:
     """Out-of-fold decision scores of the standardised logistic model (GroupKFold)."""
-    from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GroupKFold
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
 
     k = min(s.folds, len(set(groups)))
     if k < 2:
@@ -456,7 +455,7 @@ def out_of_fold(x: np.ndarray, y: np.ndarray, groups: Sequence[str], s: StudySet
     for tr, te in GroupKFold(n_splits=k).split(x, y, groups):
         if len(set(y[tr].tolist())) < 2:
             raise ConfigError("confidence study: a training fold holds one class only")
-        m = make_pipeline(StandardScaler(), LogisticRegression(C=s.C, max_iter=1000))
+        m = combined_model(s)
         m.fit(x[tr], y[tr])
         out[te] = m.decision_function(x[te])
     return out
@@ -464,11 +463,7 @@ def out_of_fold(x: np.ndarray, y: np.ndarray, groups: Sequence[str], s: StudySet
 
 def _coefficients(x: np.ndarray, y: np.ndarray, names: Sequence[str], s: StudySettings
                   ) -> dict[str, float]:
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    m = make_pipeline(StandardScaler(), LogisticRegression(C=s.C, max_iter=1000)).fit(x, y)
+    m = combined_model(s).fit(x, y)
     coef = m[-1].coef_[0]
     return {n: float(c) for n, c in zip(names, coef, strict=True)}
 

@@ -45,6 +45,13 @@ class SessionQuestion:
     shape: str = "chat"
 
 
+def group_of(question_id: str, fmt: str) -> str:
+    """A question's fold and resampling group: the conversation on LoCoMo (``conv-26:q0`` ->
+    ``conv-26``), the question elsewhere (a fixture's records carry their case as group
+    instead)."""
+    return question_id.split(":", 1)[0] if fmt == "locomo" else question_id
+
+
 def labels(q: Question, fmt: str) -> tuple[bool, tuple[str, ...]] | None:
     """(unanswerable, gold) of ``q`` (module docstring), None when it takes no part."""
     if fmt == "locomo":

@@ -85,6 +85,13 @@ LEGACY_VALUES: dict[str, Any] = {"people_overrides": {}, "rerank_unit": "passage
                                  "lexical_speaker": "none", "bm25_turn_top_m": 1,
                                  "dense_turn_top_m": 1}
 
+
+def recorded_values(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's settings as its sidecar records them (``config_recorded``, then ``config``),
+    each field the run predates at its :data:`LEGACY_VALUES` value, never a later default."""
+    return {**LEGACY_VALUES, **(meta.get("config_recorded") or {}), **(meta.get("config") or {})}
+
+
 #: CLI/argument-group order (stages of the pipeline).
 GROUPS = ("selection", "dense", "lexical", "fusion", "temporal", "rerank", "coverage",
           "memo", "runtime")

@@ -439,11 +439,11 @@ def rerun_retriever(meta: Mapping[str, Any]) -> Any:
     ones (sha256), or when the rebuilt retriever describes other settings than the recorded."""
     from engram_eval.provenance.sidecar import diff
     from engram_eval.retrieval import base as retrieval_base
-    from engram_eval.retrieval.settings import LEGACY_VALUES
+    from engram_eval.retrieval.settings import recorded_values
     from engram_eval.runs.config import RunConfig
 
     # a field the run predates takes the value that reproduces it, not today's default
-    recorded = {**LEGACY_VALUES, **(meta.get("config_recorded") or {}), **meta["config"]}
+    recorded = recorded_values(meta)
     recorded.update(use_cache=False, cache_dir="", progress=False, shard="",
                     executor="local")
     config = RunConfig.from_mapping(recorded, source="the sidecar's recorded config")
