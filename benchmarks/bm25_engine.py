@@ -33,6 +33,7 @@ from rank_bm25 import BM25Okapi  # noqa: E402
 from engram_eval.data.records import assistant_document, has_chat_roles, user_turns  # noqa: E402
 from engram_eval.retrieval.analyzer import WORD, Analyzer  # noqa: E402
 from engram_eval.retrieval.bm25 import SparseOkapi  # noqa: E402
+from engram_eval.retrieval.flags import output_file  # noqa: E402
 
 
 def _median_s(fn: Callable[[], Any], repeats: int) -> float:
@@ -124,7 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="word: the default analyser; full: unicode + snowball + en-v1")
     p.add_argument("--k1", type=float, default=1.5)
     p.add_argument("--b", type=float, default=0.75)
-    p.add_argument("--output", help="write the rows as JSON here (must not exist)")
+    p.add_argument("--output", type=output_file,
+                   help="write the rows as JSON here (must not exist)")
     a = p.parse_args(argv)
     analyzer = WORD if a.analyser == "word" else Analyzer("unicode", "snowball-english", "en-v1")
     rows = [measure(n, d, q, analyzer, a.k1, a.b, a.repeats)

@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 from engram_eval.io import dump_json, exclusive_write  # noqa: E402
 from engram_eval.qa.context import read_context  # noqa: E402
 from engram_eval.qa.tokens import token_stats  # noqa: E402
+from engram_eval.retrieval.flags import output_file  # noqa: E402
 
 GENERATOR = "benchmarks/longmemeval/context_tokens.py"
 
@@ -72,12 +73,12 @@ def statistics(exports: list[Path]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("exports", nargs="+", type=Path)
-    ap.add_argument("--output", required=True, type=Path)
+    ap.add_argument("--output", required=True, type=output_file)
     args = ap.parse_args(argv)
     from engram_eval.provenance.derived import write_derived_sidecar
     from engram_eval.provenance.sidecar import sidecar_path
 
-    for p in (args.output, sidecar_path(args.output)):
+    for p in (Path(args.output), sidecar_path(args.output)):
         if p.exists():
             raise SystemExit(f"{p} already exists; refusing to overwrite")
     stats = statistics(args.exports)

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engram_eval.io import exclusive_write, sha256_file  # noqa: E402
 from engram_eval.retrieval.dense import user_pieces, word_windows  # noqa: E402
+from engram_eval.retrieval.flags import output_file  # noqa: E402
 from engram_eval.retrieval.holder import token_counter  # noqa: E402
 from engram_eval.retrieval.models import resolve_model  # noqa: E402
 from engram_eval.runs.config import RunConfig  # noqa: E402
@@ -30,7 +31,8 @@ from engram_eval.runs.runner import load_questions  # noqa: E402
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("dataset")
-    ap.add_argument("--output", required=True)
+    ap.add_argument("--output", required=True, type=output_file,
+                    help="measurement JSON (must not exist)")
     args = ap.parse_args()
     cfg = RunConfig()
     ref = resolve_model(cfg.embedding_model, "embedding")

@@ -38,6 +38,8 @@ from typing import Any
 
 import _scale_common as common
 
+from engram_eval.retrieval.flags import output_file
+
 STREAM_READER = """
 def main(path):
     from engram_eval.data.longmemeval import iter_longmemeval
@@ -124,8 +126,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dataset")
-    ap.add_argument("--output", required=True, help="table JSON (must not exist)")
-    ap.add_argument("--plot", help="PNG plot (must not exist); default OUTPUT with .png")
+    ap.add_argument("--output", required=True, type=output_file, help="table JSON (must not exist)")
+    ap.add_argument("--plot", type=output_file,
+                    help="PNG plot (must not exist); default OUTPUT with .png")
     ap.add_argument("--questions", type=int, default=12, help="fixed subset: first N questions")
     ap.add_argument("--sizes", default="100,250,500")
     ap.add_argument("--seed", type=int, default=0)

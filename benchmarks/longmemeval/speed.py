@@ -25,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from engram_eval.retrieval.flags import output_file  # noqa: E402
+
 #: Peak RSS of THIS process image, in bytes. On Linux ``VmHWM`` from /proc/self/status: the
 #: high-water mark of the memory map created by exec. ``getrusage().ru_maxrss`` is not used
 #: there because it survives fork + exec: a child started by a parent holding 0.7 GiB reports
@@ -88,7 +90,8 @@ def one_pass(name: str, data: str, out_dir: Path, cache: Path, extra: list[str])
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("dataset")
-    ap.add_argument("--output", required=True, help="measurement JSON (must not exist)")
+    ap.add_argument("--output", required=True, type=output_file,
+                    help="measurement JSON (must not exist)")
     ap.add_argument("--scratch", help="directory for scratch rows and the cold cache")
     args, extra = ap.parse_known_args()
     if Path(args.output).exists():

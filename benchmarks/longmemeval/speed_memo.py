@@ -27,6 +27,8 @@ from typing import Any
 
 import _scale_common as common
 
+from engram_eval.retrieval.flags import output_file
+
 PASSES: dict[str, list[str]] = {
     "memo-lexical": ["--retriever", "memo-lexical"],
     "bm25": ["--retriever", "bm25", "--embedding-backend", "sentence_transformers"],
@@ -44,7 +46,8 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--longmemeval", help="LongMemEval file (e.g. the S development split)")
     ap.add_argument("--locomo", help="LoCoMo file")
-    ap.add_argument("--output", required=True, help="measurement JSON (must not exist)")
+    ap.add_argument("--output", required=True, type=output_file,
+                    help="measurement JSON (must not exist)")
     ap.add_argument("--scratch", help="directory for scratch rows and caches")
     ap.add_argument("--limit", type=int, default=30, help="first N questions of each dataset")
     args = ap.parse_args()

@@ -31,6 +31,7 @@ from typing import Any
 import _scale_common as common
 
 from engram_eval.retrieval.cache import CACHE_FILE
+from engram_eval.retrieval.flags import output_file
 
 VARIANTS = {"torch-fp32": ("sentence_transformers", "fp32"), "onnx-fp32": ("onnx", "fp32"),
             "onnx-int8": ("onnx", "int8"), "torch-bf16": ("sentence_transformers", "bf16")}
@@ -61,7 +62,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dataset")
-    ap.add_argument("--output", required=True, help="measurement JSON (must not exist)")
+    ap.add_argument("--output", required=True, type=output_file,
+                    help="measurement JSON (must not exist)")
     ap.add_argument("--scratch", help="directory for scratch rows and caches")
     ap.add_argument("--limit", type=int, help="first N questions only (smaller version)")
     ap.add_argument("--variants", default="torch-fp32,onnx-fp32,onnx-int8")
