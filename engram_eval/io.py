@@ -22,6 +22,7 @@ import errno as _errno
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -383,6 +384,15 @@ def exclusive_write(path: str | Path, data: str | bytes) -> None:
             raise FileExistsError(already_exists(p)) from None
         finally:
             _unlink_quietly(tmp, p.parent)
+
+
+def write_or_print(output: str | Path | None, text: str) -> None:
+    """A command's text result: to the new file ``output`` (:func:`exclusive_write`), or to
+    standard output when none is given."""
+    if output:
+        exclusive_write(output, text)
+    else:
+        sys.stdout.write(text)
 
 
 def _unlink_quietly(path: str | Path, root: str | Path) -> None:

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import EngramEvalError
-from engram_eval.io import exclusive_write
+from engram_eval.io import write_or_print
+from engram_eval.retrieval.flags import output_file
 
 #: The runs in table order (others follow, sorted by name).
 ORDER = ["flat_bm25", "bm25_only", "dense_only", "hybrid_rrf_landed", "hybrid_default",
@@ -127,17 +128,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("legacy_label", nargs="?", default="", help=argparse.SUPPRESS)
     ap.add_argument("--label", default="", help="what the dataset is (e.g. 'development "
                     "split of LongMemEval_S'), printed with its file name and sha256")
-    ap.add_argument("--output", help="write here (must not exist) instead of stdout")
+    ap.add_argument("--output", type=output_file,
+                    help="write here (must not exist) instead of stdout")
     args = ap.parse_args(argv)
     try:
         text = render(Path(args.directory), args.label or args.legacy_label)
     except EngramEvalError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    if args.output:
-        exclusive_write(args.output, text)
-    else:
-        sys.stdout.write(text)
+    write_or_print(args.output, text)
     return 0
 
 

@@ -37,6 +37,7 @@ from typing import Any
 from engram_eval.errors import EngramEvalError, ProvenanceError
 from engram_eval.io import atomic_write, dump_json, sha256_file
 from engram_eval.provenance.derived import write_derived_sidecar
+from engram_eval.retrieval.flags import output_file
 from engram_eval.runs.reader import FinishedRun, read_run
 from engram_eval.scoring.summary import summarize_rows
 
@@ -183,7 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--objective", default=DEFAULT_OBJECTIVE,
                     help="comma-separated metrics averaged into the objective")
     ap.add_argument("--protocol", default="answerable", help="denominator (protocol)")
-    ap.add_argument("--output", required=True, help="report JSON (never overwritten)")
+    ap.add_argument("--output", required=True, type=output_file,
+                    help="report JSON (never overwritten)")
     a = ap.parse_args(argv)
     out = Path(a.output)
     if out.exists():

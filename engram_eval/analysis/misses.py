@@ -18,13 +18,13 @@ this module with the same arguments.)
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engram_eval.io import exclusive_write
+from engram_eval.io import write_or_print
+from engram_eval.retrieval.flags import output_file
 from engram_eval.runs.reader import read_run
 
 #: The signals every table lists (any other traced signal follows, sorted).
@@ -103,13 +103,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("result", help="X.jsonl or X.jsonl.gz (sidecar X.metadata.json beside it)")
     ap.add_argument("--protocol", default=None,
                     help="default: the run's first protocol (answerable / locomo)")
-    ap.add_argument("--output", help="write the Markdown here (must not exist), not stdout")
+    ap.add_argument("--output", type=output_file,
+                    help="write the Markdown here (must not exist), not stdout")
     args = ap.parse_args(argv)
     text = misses_markdown(args.result, args.protocol)
-    if args.output:
-        exclusive_write(args.output, text)
-    else:
-        sys.stdout.write(text)
+    write_or_print(args.output, text)
     return 0
 
 

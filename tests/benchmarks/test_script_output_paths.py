@@ -1,4 +1,4 @@
-"""The benchmark scripts' own parsers refuse a directory given as an output file the way the
+"""The benchmark scripts' and ``python -m engram_eval.analysis.X`` modules' own parsers refuse a directory given as an output file the way the
 ``engram-eval`` commands do (tests/io/test_output_paths.py): one usage error naming the
 option, before any work. ``speed.py --output DIR`` used to say "DIR exists; refusing to
 overwrite". The scripts are found by reading their source, so a new script whose output
@@ -34,13 +34,24 @@ def _output_options(path: Path) -> list[tuple[str, bool]]:
     return out
 
 
-SCRIPTS = sorted(p for p in (ROOT / "benchmarks").rglob("*.py") if _output_options(p))
+SCRIPTS = sorted(p for d in ("benchmarks", "engram_eval/analysis") for p in (ROOT / d).rglob("*.py")
+                 if _output_options(p))
+
+
+def _command(path: Path) -> list[str]:
+    """How ``path`` is started: a benchmark by its path, a package module with ``-m``."""
+    rel = path.relative_to(ROOT)
+    if rel.parts[0] == "engram_eval":
+        return [sys.executable, "-m", ".".join(rel.with_suffix("").parts)]
+    return [sys.executable, str(path)]
 
 
 def test_the_scripts_with_an_output_option_are_found() -> None:
     names = {p.relative_to(ROOT).as_posix() for p in SCRIPTS}
     assert {"benchmarks/longmemeval/speed.py", "benchmarks/longmemeval/scale.py",
-            "benchmarks/bm25_engine.py"} <= names
+            "benchmarks/bm25_engine.py", "engram_eval/analysis/misses.py",
+            "engram_eval/analysis/ablation_table.py", "engram_eval/analysis/choose_rerank.py"
+            } <= names
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.relative_to(ROOT).as_posix())
@@ -53,8 +64,7 @@ def test_a_directory_as_the_output_is_one_usage_error(script: Path, tmp_path: Pa
     (tmp_path / "D").mkdir()
     before = sorted(os.listdir(tmp_path))
     # a positional argument for the scripts that take one; parsing stops at the directory
-    proc = subprocess.run([sys.executable, str(script), "x.json", "--output", "D"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([*_command(script), "x.json", "--output", "D"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.endswith("error: argument --output: 'D' is a directory; give the path of a "
