@@ -231,9 +231,15 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
     feature_set = getattr(args, "feature_set", None) or "v3"
     shape_targets = _pairs_of(getattr(args, "shape_target", None) or [], "--shape-target",
                               "SHAPE=X")
-    if not per_shape and (fixtures or shape_targets or feature_set != "v3"):
-        raise ConfigError("--fixture, --shape-target and --feature-set go with --per-shape "
-                          "(calibration v3 is one pooled model of the v3 features)")
+    run_specs = list(getattr(args, "run", None) or [])
+    run_data = _pairs_of(getattr(args, "run_data", None) or [], "--run-data",
+                         "LABEL=DATASET")
+    if not per_shape and (fixtures or shape_targets or feature_set != "v3" or run_specs):
+        raise ConfigError("--fixture, --run, --shape-target and --feature-set go with "
+                          "--per-shape (calibration v3 is one pooled model of the v3 "
+                          "features)")
+    if run_specs and feature_set != "v4":
+        raise ConfigError("--run goes with --feature-set v4 (the features runs trace)")
     parts = []
     t0 = time.time()
     every = _pairs_of(args.every, "--every", "LABEL=K")
@@ -246,8 +252,18 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
         label, path = _label_path(spec, "--fixture")
         parts.append(C.extract_fixture(engine, label, path, on_question=_progress(label),
                                        features=feature_set))
+    run_parts: dict[str, list[str]] = {}
+    for spec in run_specs:
+        label, path = _label_path(spec, "--run")
+        run_parts.setdefault(label, []).append(path)
+    if set(run_data) != set(run_parts):
+        raise ConfigError(f"--run labels {sorted(run_parts)} and --run-data labels "
+                          f"{sorted(run_data)} must be the same")
+    for label, paths in run_parts.items():
+        parts.append(C.extract_runs(label, paths, run_data[label]))
     if not parts:
-        raise ConfigError("give at least one --part (or, with --per-shape, --fixture)")
+        raise ConfigError("give at least one --part (or, with --per-shape, --fixture or "
+                          "--run)")
     if per_shape:
         target: float | dict[str, float] = float(args.target_precision)
         if shape_targets:
