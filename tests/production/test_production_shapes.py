@@ -415,3 +415,34 @@ def test_the_selective_report_shows_unanswerable_questions_apart() -> None:
     assert [p["coverage"] for p in rc] == [1 / 4, 2 / 4, 3 / 4, 4 / 4]
     assert [p["risk"] for p in rc] == pytest.approx([0 / 1, 1 / 2, 2 / 3, 3 / 4])
     assert rep["at_cutoff"]["returned"] == 3
+
+
+def test_the_command_fits_v4_from_runs_with_its_selective_report(
+        tiny_embedding_model: str, tmp_path: Path) -> None:
+    """calibrate-sessions --per-shape --feature-set v4 --run ... --run-data ...: the chat
+    model fitted on a run's traced features, the report's selective rows per part and a
+    figure; --run without v4, or a --run label without its data, is refused."""
+    from engram_eval.cli.production import main
+
+    data = REPO / "fixtures" / "longmemeval_tiny.json"
+    run = _tiny_run(tmp_path, data)
+    cal, rep = tmp_path / "cal.json", tmp_path / "rep.json"
+    base = ["calibrate-sessions", "--per-shape", "--run", f"lme={run}", "--no-cache",
+            "--no-excerpt-retry", "--embedding-model", tiny_embedding_model]
+    assert main([*base, "--feature-set", "v3", "--run-data", f"lme={data}",
+                 "--output", str(cal)]) == 2
+    assert main([*base, "--feature-set", "v4", "--output", str(cal)]) == 2
+    assert not cal.exists()
+    assert main([*base, "--feature-set", "v4", "--run-data", f"lme={data}", "--folds", "2",
+                 "--min-returned", "1", "--mapping", "platt", "--output", str(cal),
+                 "--report", str(rep)]) == 0
+    doc = json.loads(cal.read_text())
+    m = doc["shapes"]["chat"]
+    assert sorted(doc["shapes"]) == ["chat"] and m["feature_set"] == "v4"
+    sel = m["selective_out_of_fold"]["lme"]
+    n_una = sum(1 for r in json.loads(cal.read_text())["shapes"]["chat"]["data"]
+                for _ in range(r["unanswerable"]))
+    assert sel["unanswerable"]["n"] == n_una == 2  # lme_t10_abs, lme_t11_abs
+    assert sel["all"]["n"] == sel["answerable"]["n"] + n_una
+    assert sel["all"]["risk_coverage"][-1]["coverage"] == 1.0
+    assert rep.is_file() and rep.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
