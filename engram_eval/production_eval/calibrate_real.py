@@ -677,6 +677,18 @@ def shape_model_doc(m: ModelFit, shape: str, parts: Sequence[PartData], *,
                 for p in parts}}
 
 
+def without_curves(doc: dict[str, Any]) -> dict[str, Any]:
+    """A version-4 document without the risk-coverage curves of its selective reports (one
+    point per question: they belong in the report, not in the package's calibration file)."""
+    import copy
+
+    out = copy.deepcopy(doc)
+    for m in (out.get("shapes") or {}).values():
+        for rep in (m.get("selective_out_of_fold") or {}).values():
+            rep["all"].pop("risk_coverage", None)
+    return out
+
+
 def fit_shapes(parts: Sequence[PartData], engine: Engine, *,
                features: str = DEFAULT_FEATURE_SET, folds: int = 5, C: float = 1.0,
                mapping: str = "platt", calibrate_on: str = "top",

@@ -285,7 +285,10 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
         oof = doc["tuning_parts_out_of_fold"]
         cutoffs = {"": doc["cutoff"]}
         selective = None
-    text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    # the calibration file holds the numbers search applies and their summaries; the
+    # report (below) also the per-question risk-coverage curves
+    text = json.dumps(C.without_curves(doc) if per_shape else doc, indent=2,
+                      sort_keys=True) + "\n"
     atomic_write(args.output, text)
     if args.settings_output:
         changes: dict[str, Any] = {"calibration": args.output}
