@@ -283,11 +283,21 @@ def add_subcommands(sub: Any) -> None:
                        "shape (read from the data: LongMemEval sessions are chat, LoCoMo "
                        "conversations people, a production fixture of isolated memories "
                        "short); production fixtures are given with --fixture (a held-out "
-                       "fixture is refused). Its recorded settings keep min_confidence.")
+                       "fixture is refused). Its recorded settings keep min_confidence. "
+                       "With --feature-set v4, finished runs can stand for a part "
+                       "(--run LABEL=RUN, repeated for a part's runs, with --run-data "
+                       "LABEL=DATASET): calibration reads the features their traces hold, "
+                       "or, for a run made before the pipeline traced them, computes them "
+                       "from its traces with the same functions.")
     f.add_argument("--part", action="append", metavar="LABEL=PATH",
                    help="a tuning part of a dataset (LongMemEval or LoCoMo)")
     f.add_argument("--fixture", action="append", metavar="LABEL=PATH",
                    help="with --per-shape: a training production fixture (train_short.json)")
+    f.add_argument("--run", action="append", default=[], metavar="LABEL=RUN",
+                   help="with --per-shape --feature-set v4: a finished run of a tuning part "
+                        "(several with one label form one part: disjoint questions)")
+    f.add_argument("--run-data", action="append", default=[], metavar="LABEL=DATASET",
+                   help="the dataset (tuning part) the runs of LABEL were made on")
     f.add_argument("--per-shape", action="store_true",
                    help="calibration v4: one model per memory shape read from the data")
     f.add_argument("--feature-set", default="v3",

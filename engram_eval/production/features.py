@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from engram_eval.retrieval.gate_features import GATE_DEPTH, GATE_FEATURES
 from engram_eval.retrieval.passages import content_terms
 
 FEATURES_V3 = ("dense", "terms", "time", "first", "log_rank", "dense_gap", "terms_gap",
@@ -87,9 +88,37 @@ class FeatureSet:
     compute: FeatureFunction
 
 
+def gate_features(query: str, sig: Mapping[str, Any], cands: Sequence[int],
+                  overrides: Mapping[int, Mapping[str, float]] | None = None) -> np.ndarray:
+    """One row of :data:`engram_eval.retrieval.gate_features.GATE_FEATURES` per candidate:
+    the values the pipeline traced (``sig["gate_features"]``, computed by the one
+    implementation, :mod:`engram_eval.retrieval.gate_features`), 0 where undefined (a
+    spread of fewer than two sessions or of equal scores: no z-score or margin, read as 0; a
+    signal switched off: no agreement). No excerpt retry (``overrides``): ConfigError; a
+    candidate beyond the traced depth: ConfigError."""
+    from engram_eval.errors import ConfigError
+
+    if overrides:
+        raise ConfigError("feature set 'v4' scores whole memories only: set excerpt_retry "
+                          "false")
+    traced = sig.get("gate_features") or {}
+    rows = []
+    for i in cands:
+        if i not in traced:
+            raise ConfigError(f"feature set 'v4': memory {i} has no traced features (the "
+                              f"pipeline traces the first {GATE_DEPTH} results; candidates "
+                              f"must be at most {GATE_DEPTH})")
+        rows.append([0.0 if traced[i][n] is None else float(traced[i][n])
+                     for n in GATE_FEATURES])
+    return np.asarray(rows, dtype=float).reshape(len(cands), len(GATE_FEATURES))
+
+
 #: Every feature set a calibration may name. ``v3``: :data:`FEATURES_V3` (calibration v3 and
-#: the default of the per-shape calibration).
-FEATURE_SETS: dict[str, FeatureSet] = {"v3": FeatureSet("v3", FEATURES_V3, candidate_features)}
+#: the default of the per-shape calibration); ``v4``: the features the confidence study kept
+#: (PROVENANCE.md section 16), as the pipeline traces them (:func:`gate_features`).
+FEATURE_SETS: dict[str, FeatureSet] = {"v3": FeatureSet("v3", FEATURES_V3, candidate_features),
+                                       "v4": FeatureSet("v4", GATE_FEATURES,
+                                                         gate_features)}
 DEFAULT_FEATURE_SET = "v3"
 
 

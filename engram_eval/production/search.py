@@ -192,7 +192,9 @@ def memory_signals(engine: Engine, query: str, now: str, memories: Sequence[Memo
     under ``signals``, ``fused``, ``mult``, ``time``, ``terms``, ``order`` (the pipeline's
     final order), ``window`` and ``qvec``; with a rerank, ``cross_raw`` (memory index -> the
     logit of its whole text, for every memory the pipeline reranked) and ``cross_pairs``
-    (every (query, text) pair the pipeline scored -> its logit)."""
+    (every (query, text) pair the pipeline scored -> its logit); ``gate_features`` (memory
+    index -> the features the pipeline traced for its first results,
+    :mod:`engram_eval.retrieval.gate_features`)."""
     from engram_eval.retrieval import pipeline as P
 
     s = engine.settings
@@ -222,6 +224,8 @@ def memory_signals(engine: Engine, query: str, now: str, memories: Sequence[Memo
             "fused": st.fused if n else zeros, "mult": st.mult if n else np.ones(n),
             "time": time_f, "order": list(st.order), "cross_raw": scored,
             "cross_pairs": dict(st.cross),
+            "gate_features": {i: dict(st.traces[i]["gate_features"]) for i in st.order
+                              if "gate_features" in st.traces[i]},
             "terms": [term_coverage(query, m.text) for m in memories],
             "window": None if window is None else {"start": window.start.isoformat(),
                                                    "end": window.end.isoformat(),

@@ -262,6 +262,92 @@ def extract_fixture(engine: Engine, label: str, path: str | Path, *,
                     {"max_questions": None, "every": None}, part_shape(path, shapes))
 
 
+def extract_runs(label: str, run_paths: Sequence[str | Path], dataset: str | Path, *,
+                 check_heldout: bool = True) -> PartData:
+    """Feature set ``v4`` and labels of every taking-part question of finished runs over
+    ``dataset`` (a tuning part; its sha256 must be each run's; a held-out dataset or run is
+    refused; the runs' questions must be disjoint). Per question its candidates are the
+    first :data:`~engram_eval.retrieval.gate_features.GATE_DEPTH` results of the run's final
+    ranking that the run traced, their rows the ``gate_features`` the run's trace holds --
+    or, for a run made before the pipeline traced them, the same functions
+    (:func:`engram_eval.retrieval.gate_features.gate_rows`) over the view of its traces
+    (spread :data:`~engram_eval.retrieval.gate_features.GATE_SPREAD`, the run's own
+    analyser): what the pipeline would have traced. The shape is read from the dataset's
+    sessions; group: the question (LongMemEval) or the conversation (LoCoMo). Gold is read
+    only to label, after the features."""
+    from engram_eval.data.datasets import load_questions, resolve_format
+    from engram_eval.errors import DataError, ProvenanceError
+    from engram_eval.production.features import gate_features
+    from engram_eval.production_eval.sessions import labels
+    from engram_eval.provenance.guard import refuse_heldout_run
+    from engram_eval.retrieval import gate_features as G
+    from engram_eval.retrieval.gate_features import analyzer_of_run
+    from engram_eval.runs.reader import read_run
+
+    if check_heldout:
+        refuse_heldout(dataset)
+    sha = sha256_file(dataset)
+    fmt = resolve_format(dataset, "auto")
+    _, loaded = load_questions(dataset, fmt)
+    by_id = {q.question_id: q for q in loaded}
+    records: list[dict[str, Any]] = []
+    shapes: dict[str, str] = {}
+    runs_doc: list[dict[str, Any]] = []
+    for rp in run_paths:
+        r = read_run(rp, require_sidecar=True)
+        if check_heldout:
+            refuse_heldout_run(r.metadata, r.path, "the calibration is fitted on tuning parts "
+                                                   "only")
+        if r.dataset_sha256 != sha:
+            raise ProvenanceError(f"{r.path}: sidecar field dataset.sha256 is "
+                                  f"{r.dataset_sha256}, but {dataset} has sha256 {sha}: the "
+                                  "run was made on other data")
+        analyzer = analyzer_of_run(r.metadata)
+        traced_rows = computed_rows = 0
+        for row in r.rows:
+            qid = row["question_id"]
+            q = by_id.get(qid)
+            if q is None:
+                raise DataError(str(r.path), f"question {qid}", "question_id",
+                                "names no question of the dataset")
+            if qid in shapes:
+                raise DataError(str(r.path), f"question {qid}", "question_id",
+                                "already appears in another run given")
+            lab = labels(q, fmt)
+            if lab is None:
+                continue
+            traces = list(((row.get("trace") or {}).get("sessions")) or ())
+            ranked = list(row["ranked_session_ids"])
+            k = min(G.GATE_DEPTH, len(traces), len(ranked))
+            if not k:
+                raise DataError(str(r.path), f"question {qid}", "trace.sessions",
+                                "holds no per-session trace")
+            if all("gate_features" in t for t in traces[:k]):
+                feats = {i: traces[i]["gate_features"] for i in range(k)}
+                traced_rows += 1
+            else:
+                v = G.make_view(q.question, q.question_date, q.sessions, ranked, traces[:k],
+                                analyzer, G.GATE_SPREAD)
+                feats = dict(enumerate(G.gate_rows(v, k)))
+                computed_rows += 1
+            x = gate_features(q.question, {"gate_features": feats}, list(range(k)), None)
+            shapes[qid] = corpus_shape(q.sessions)
+            unans, gold_ids = lab
+            gold = set(gold_ids)  # read only now, to label
+            ids = ranked[:k]
+            records.append({"question_id": qid, "group": group_of(qid, fmt),
+                            "unanswerable": unans, "gold": sorted(gold), "candidates": ids,
+                            "x": x, "y": np.asarray([1.0 if i in gold and not unans else 0.0
+                                                     for i in ids])})
+        runs_doc.append({"file": Path(rp).name, "sha256": sha256_file(rp),
+                         "questions_with_traced_features": traced_rows,
+                         "questions_with_features_computed_from_traces": computed_rows,
+                         "settings": r.metadata.get("config")})
+    return PartData(label, Path(dataset).name, sha, fmt, records,
+                    {"max_questions": None, "every": None, "runs": runs_doc},
+                    part_shape(dataset, shapes))
+
+
 def _pairs(parts: Sequence[PartData], width: int = len(FEATURES_V3)
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple]]:
     xs, ys, groups, index = [], [], [], []
@@ -358,6 +444,34 @@ def summarise(top: Sequence[dict[str, Any]], *, bins: int = 15) -> dict[str, Any
     return {"n": len(top), "correct": int(sum(corr)), "ece": rel["ece"],
             "brier": S.brier(conf, corr), "auroc": S.auroc(conf, corr),
             "aurc": S.aurc(conf, corr), "reliability": rel["bins"]}
+
+
+UNANSWERABLE = {"longmemeval": "LongMemEval _abs questions",
+                "locomo": "LoCoMo category 5 (adversarial) items",
+                "production-fixture": "fixture questions without a gold memory"}
+
+
+def selective_report(top: Sequence[dict[str, Any]], cutoff: float, fmt: str, *,
+                     bins: int = 15) -> dict[str, Any]:
+    """The selective-retrieval report of one part's (out-of-fold) top results: every
+    question (:func:`summarise` and the risk-coverage curve, ``risk = 1 - top result
+    right``), the answerable questions alone, and the unanswerable ones alone (LongMemEval
+    ``_abs``, LoCoMo category 5: no top result is right, so no AUROC; their confidences and
+    how many the cut-off abstains on), with what the gate does at ``cutoff``."""
+    ans = [t for t in top if not t["unanswerable"]]
+    una = [t for t in top if t["unanswerable"]]
+    conf = [t["confidence"] for t in top]
+    corr = [t["correct"] for t in top]
+    uc = [t["confidence"] for t in una]
+    return {"all": {**summarise(top, bins=bins),
+                    "risk_coverage": S.risk_coverage(conf, corr)},
+            "answerable": summarise(ans, bins=bins) if ans else None,
+            "unanswerable": {"what": UNANSWERABLE.get(fmt, "questions without gold"),
+                             "n": len(una),
+                             "mean_confidence": float(np.mean(uc)) if uc else None,
+                             "max_confidence": float(np.max(uc)) if uc else None,
+                             "abstained_at_cutoff": sum(1 for c in uc if c < cutoff)},
+            "at_cutoff": at_cutoff(top, cutoff)}
 
 
 @dataclass(frozen=True)
@@ -557,7 +671,22 @@ def shape_model_doc(m: ModelFit, shape: str, parts: Sequence[PartData], *,
                     "candidates_per_question": candidates},
             "data": _data_doc(parts),
             "tuning_parts_out_of_fold": {p.label: summarise(m.tops[p.label], bins=bins)
-                                         for p in parts}}
+                                         for p in parts},
+            "selective_out_of_fold": {p.label: selective_report(
+                m.tops[p.label], float(m.cutoff["value"]), p.fmt, bins=bins)
+                for p in parts}}
+
+
+def without_curves(doc: dict[str, Any]) -> dict[str, Any]:
+    """A version-4 document without the risk-coverage curves of its selective reports (one
+    point per question: they belong in the report, not in the package's calibration file)."""
+    import copy
+
+    out = copy.deepcopy(doc)
+    for m in (out.get("shapes") or {}).values():
+        for rep in (m.get("selective_out_of_fold") or {}).values():
+            rep["all"].pop("risk_coverage", None)
+    return out
 
 
 def fit_shapes(parts: Sequence[PartData], engine: Engine, *,

@@ -231,9 +231,15 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
     feature_set = getattr(args, "feature_set", None) or "v3"
     shape_targets = _pairs_of(getattr(args, "shape_target", None) or [], "--shape-target",
                               "SHAPE=X")
-    if not per_shape and (fixtures or shape_targets or feature_set != "v3"):
-        raise ConfigError("--fixture, --shape-target and --feature-set go with --per-shape "
-                          "(calibration v3 is one pooled model of the v3 features)")
+    run_specs = list(getattr(args, "run", None) or [])
+    run_data = _pairs_of(getattr(args, "run_data", None) or [], "--run-data",
+                         "LABEL=DATASET")
+    if not per_shape and (fixtures or shape_targets or feature_set != "v3" or run_specs):
+        raise ConfigError("--fixture, --run, --shape-target and --feature-set go with "
+                          "--per-shape (calibration v3 is one pooled model of the v3 "
+                          "features)")
+    if run_specs and feature_set != "v4":
+        raise ConfigError("--run goes with --feature-set v4 (the features runs trace)")
     parts = []
     t0 = time.time()
     every = _pairs_of(args.every, "--every", "LABEL=K")
@@ -246,8 +252,18 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
         label, path = _label_path(spec, "--fixture")
         parts.append(C.extract_fixture(engine, label, path, on_question=_progress(label),
                                        features=feature_set))
+    run_parts: dict[str, list[str]] = {}
+    for spec in run_specs:
+        label, path = _label_path(spec, "--run")
+        run_parts.setdefault(label, []).append(path)
+    if set(run_data) != set(run_parts):
+        raise ConfigError(f"--run labels {sorted(run_parts)} and --run-data labels "
+                          f"{sorted(run_data)} must be the same")
+    for label, paths in run_parts.items():
+        parts.append(C.extract_runs(label, paths, run_data[label]))
     if not parts:
-        raise ConfigError("give at least one --part (or, with --per-shape, --fixture)")
+        raise ConfigError("give at least one --part (or, with --per-shape, --fixture or "
+                          "--run)")
     if per_shape:
         target: float | dict[str, float] = float(args.target_precision)
         if shape_targets:
@@ -259,6 +275,8 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
                            target_precision=target, min_returned=args.min_returned)
         oof = {f"{sh}/{k}": v for sh, m in doc["shapes"].items()
                for k, v in m["tuning_parts_out_of_fold"].items()}
+        selective = {f"{sh}/{k}": v for sh, m in doc["shapes"].items()
+                     for k, v in m["selective_out_of_fold"].items()}
         cutoffs = {sh: m["cutoff"] for sh, m in doc["shapes"].items()}
     else:
         doc = C.fit(parts, engine, folds=args.folds, C=args.C, mapping=args.mapping,
@@ -266,7 +284,11 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
                     min_returned=args.min_returned)
         oof = doc["tuning_parts_out_of_fold"]
         cutoffs = {"": doc["cutoff"]}
-    text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+        selective = None
+    # the calibration file holds the numbers search applies and their summaries; the
+    # report (below) also the per-question risk-coverage curves
+    text = json.dumps(C.without_curves(doc) if per_shape else doc, indent=2,
+                      sort_keys=True) + "\n"
     atomic_write(args.output, text)
     if args.settings_output:
         changes: dict[str, Any] = {"calibration": args.output}
@@ -286,7 +308,7 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
                  if per_shape else
                  f"Calibration v3 on tuning parts; chosen cut-off {doc['cutoff']['value']}")
         lines = {k: cutoffs[k.split("/")[0] if per_shape else ""]["value"] for k in oof}
-        exclusive_write(outs[1], _fit_plot(oof, lines, title))  # one panel per part
+        exclusive_write(outs[1], _fit_plot(oof, lines, title, selective))  # a column per part
         exclusive_write(outs[0], dump_json(rep))
     summary = {k: {m: v[m] for m in ("n", "ece", "brier", "auroc", "aurc")}
                for k, v in oof.items()}
@@ -325,9 +347,11 @@ def _pairs_of(specs: list[str], flag: str, form: str) -> dict[str, str]:
     return out
 
 
-def _fit_plot(parts: dict[str, Any], cutoffs: dict[str, float], title: str) -> bytes:
+def _fit_plot(parts: dict[str, Any], cutoffs: dict[str, float], title: str,
+              selective: dict[str, Any] | None = None) -> bytes:
     """One reliability panel per tuning part (``label -> out-of-fold summary``), each with
-    its cut-off (``label -> cut-off``)."""
+    its cut-off (``label -> cut-off``); with ``selective`` (``label -> selective report``,
+    calibration v4) a second row: each part's risk-coverage curve, with AURC and AUROC."""
     import io
 
     import matplotlib
@@ -335,7 +359,9 @@ def _fit_plot(parts: dict[str, Any], cutoffs: dict[str, float], title: str) -> b
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(parts), figsize=(5 * len(parts), 4.6), squeeze=False)
+    rows = 2 if selective else 1
+    fig, axes = plt.subplots(rows, len(parts), figsize=(5 * len(parts), 4.6 * rows),
+                             squeeze=False)
     for ax, (label, s) in zip(axes[0], parts.items(), strict=True):
         ax.plot([0, 1], [0, 1], "--", color="grey", lw=1)
         b = [r for r in s["reliability"] if r["n"]]
@@ -348,6 +374,16 @@ def _fit_plot(parts: dict[str, Any], cutoffs: dict[str, float], title: str) -> b
                      fontsize=9)
         ax.set_xlabel("confidence of the top result")
         ax.set_ylabel("fraction whose top result is right")
+    for ax, label in zip(axes[1] if selective else (), parts, strict=True):
+        rep = (selective or {})[label]["all"]
+        rc = rep["risk_coverage"]
+        ax.plot([p["coverage"] for p in rc], [p["risk"] for p in rc], "-")
+        auroc = "n/a" if rep["auroc"] is None else f"{rep['auroc']:.3f}"
+        ax.set_title(f"{label}: risk-coverage, AURC {rep['aurc']:.3f}, AUROC {auroc}",
+                     fontsize=9)
+        ax.set_xlabel("coverage (questions answered, most confident first)")
+        ax.set_ylabel("risk (top result not right)")
+        ax.set_ylim(-0.02, 1.02)
     fig.suptitle(title, fontsize=9)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})

@@ -18,36 +18,12 @@ other question is left out and counted). Gold is read only to label.
   N`` keeps the traces of its first N results only); label 1 when the candidate is gold
   (never for an unanswerable question).
 
-**Features** (:data:`FEATURES`; one pure function each, of a :class:`QuestionView` and a
-candidate position ``i`` in the final ranking, None where the run does not trace what it
-needs). "Every session" below means every *traced* session of the question (all of them
-unless the run kept fewer traces). "Terms" are the question's distinct index terms under the
-run's own lexical analyser (:class:`engram_eval.retrieval.analyzer.Analyzer`, from the run's
-sidecar):
-
-* ``rerank_logit``: the cross-encoder's raw score of the candidate (``base_raw_score``: its
-  best turn's logit under ``rerank_unit: turn``);
-* ``rerank_z``: that logit standardised over every (traced) reranked candidate of the question
-  ``(x_i - mean) / std`` (population std; None when fewer than 2 or std 0);
-* ``first_stage_rank``: ``log(fused_rank)`` (0 when the first stage also ranked it first);
-* ``rerank_agreement``: Kendall's tau-b between ``fused_rank`` and ``rerank_rank`` over the
-  reranked candidates (question context; ``scipy.stats.kendalltau``);
-* ``dense``: the candidate's dense score; ``dense_z``: standardised over every session of the
-  question; ``dense_max``: the best dense score of the question (context);
-* ``fused_z``: the fused score standardised over every session; ``fusion_margin``: the best
-  fused score minus the second best (context);
-* ``terms_turn``: share of the terms found in the candidate's best turn (the cross-encoder's
-  ``rerank_turn`` when traced, else the user turn -- every turn without chat roles -- holding
-  the most distinct terms, ties to the earlier); ``terms_session``: share found in its user
-  document (every turn without chat roles); both 0 for a question without terms;
-* ``lex_dense_agree``: 1 when the candidate is first by both ``dense`` and ``bm25_turn``
-  (the lexical best-turn signal), else 0;
-* question cues (context): ``query_terms`` (number of terms); ``time_expression`` (1 when
-  :func:`engram_eval.retrieval.temporal.resolve_time_window` finds a window, at the question
-  date or, without one, at :data:`REFERENCE_DATE`); ``count_or_compare`` (1 when the
-  question matches :data:`COUNT_COMPARE`); ``absent_entity`` (1 when a capitalised word of
-  the question other than its first, analysed, occurs in no session of the haystack: text
-  and speaker names of every turn).
+**Features**: every feature of :mod:`engram_eval.retrieval.gate_features` (the one
+implementation, which the pipeline also writes into traces), computed from each run row's
+traces and the dataset's texts with the view's spread over every *traced* session (all of
+them unless the run kept fewer traces), the question's terms under the run's own lexical
+analyser
+(:func:`engram_eval.retrieval.gate_features.analyzer_of_run`, from the run's sidecar).
 
 **Measures** (:mod:`engram_eval.scoring.selective`, reused): per feature, AUROC of the raw
 value (below 0.5: the feature points the other way) with a percentile bootstrap interval,
@@ -66,31 +42,27 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from datetime import date
-from functools import cached_property
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 
-from engram_eval.data.records import Question, has_chat_roles, user_turns
+from engram_eval.data.records import Question
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
 from engram_eval.retrieval.analyzer import Analyzer
+from engram_eval.retrieval.gate_features import (
+    FEATURE_NAMES,
+    FEATURES,
+    QuestionView,
+    analyzer_of_run,
+    feature_row,
+    make_view,
+)
 from engram_eval.scoring import selective as S
 
 KIND = "engram-eval/confidence-study"
-#: The date a question without one is read at, only to ask whether it names a time window.
-REFERENCE_DATE = date(2100, 1, 1)
-#: A count or a comparison in the question (case-insensitive, whole words; not "last", which
-#: mostly names a time: "last week").
-COUNT_COMPARE = re.compile(
-    r"\b(how (many|much|long|often|old)|number of|total|count|than|more|most|less|least|fewer|"
-    r"first|before|after|earlier|later|order|compare[ds]?|difference|between|which)\b",
-    re.IGNORECASE)
-_CAPITALISED = re.compile(r"\b[A-Z][\w'\u2019-]*")
 
 
 @dataclass(frozen=True)
@@ -122,222 +94,12 @@ class StudySettings:
 # --------------------------------------------------------------------------- one question
 
 
-@dataclass(frozen=True)
-class QuestionView:
-    """What the feature functions read about one question: the question (texts), its run
-    row's final ranking and per-session traces (final order), and the analyser."""
-
-    question: Question
-    ranked: tuple[str, ...]
-    traces: tuple[Mapping[str, Any], ...]
-    analyzer: Analyzer
-    by_id: Mapping[str, Any] = field(default_factory=dict)  # session id -> Session
-
-    @cached_property
-    def chat_roles(self) -> bool:
-        return has_chat_roles(self.question.sessions)
-
-    @cached_property
-    def terms(self) -> frozenset[str]:
-        return frozenset(self.analyzer.analyze(self.question.question))
-
-    def session(self, i: int) -> Any:
-        return self.by_id.get(self.ranked[i]) if i < len(self.ranked) else None
-
-    def trace(self, i: int) -> Mapping[str, Any]:
-        return self.traces[i] if i < len(self.traces) else {}
-
-
 def view(question: Question, row: Mapping[str, Any], analyzer: Analyzer) -> QuestionView:
+    """The view of ``question`` through its run row (its final ranking and per-session
+    traces; every traced session is the spread)."""
     traces = tuple(((row.get("trace") or {}).get("sessions")) or ())
-    return QuestionView(question, tuple(row["ranked_session_ids"]), traces, analyzer,
-                        {s.session_id: s for s in question.sessions})
-
-
-def _num(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(float(x)):
-        return None
-    return float(x)
-
-
-def _z(values: Sequence[float | None], i: int) -> float | None:
-    xs = [v for v in values if v is not None]
-    if i >= len(values) or values[i] is None or len(xs) < 2:
-        return None
-    sd = float(np.std(xs))
-    return None if sd == 0 else (float(values[i]) - float(np.mean(xs))) / sd  # type: ignore[arg-type]
-
-
-def _share(terms: frozenset[str], found: set[str]) -> float:
-    return len(terms & found) / len(terms) if terms else 0.0
-
-
-# --------------------------------------------------------------------------- the features
-
-
-def rerank_logit(v: QuestionView, i: int) -> float | None:
-    t = v.trace(i)
-    return _num(t.get("base_raw_score")) if t.get("reranked") else None
-
-
-def rerank_z(v: QuestionView, i: int) -> float | None:
-    vals = [rerank_logit(v, j) for j in range(len(v.traces))]
-    return _z(vals, i)
-
-
-def first_stage_rank(v: QuestionView, i: int) -> float | None:
-    r = _num(v.trace(i).get("fused_rank"))
-    return math.log(r) if r is not None and r >= 1 else None
-
-
-def rerank_agreement(v: QuestionView, i: int) -> float | None:
-    pairs = [(t.get("fused_rank"), t.get("rerank_rank")) for t in v.traces if t.get("reranked")]
-    pairs = [(a, b) for a, b in pairs if _num(a) is not None and _num(b) is not None]
-    if len(pairs) < 2:
-        return None
-    from scipy.stats import kendalltau
-
-    tau = kendalltau([a for a, _ in pairs], [b for _, b in pairs]).statistic
-    return _num(tau)
-
-
-def dense(v: QuestionView, i: int) -> float | None:
-    return _num(v.trace(i).get("dense"))
-
-
-def dense_z(v: QuestionView, i: int) -> float | None:
-    return _z([_num(t.get("dense")) for t in v.traces], i)
-
-
-def dense_max(v: QuestionView, i: int) -> float | None:
-    xs = [x for t in v.traces if (x := _num(t.get("dense"))) is not None]
-    return max(xs) if xs else None
-
-
-def fused_z(v: QuestionView, i: int) -> float | None:
-    return _z([_num(t.get("fused")) for t in v.traces], i)
-
-
-def fusion_margin(v: QuestionView, i: int) -> float | None:
-    xs = sorted((x for t in v.traces if (x := _num(t.get("fused"))) is not None), reverse=True)
-    return xs[0] - xs[1] if len(xs) >= 2 else None
-
-
-def best_turn_text(v: QuestionView, i: int) -> str | None:
-    """The candidate's best turn: ``rerank_turn`` when traced, else the user turn (every
-    turn without chat roles) holding the most distinct question terms (ties: earlier)."""
-    s = v.session(i)
-    if s is None:
-        return None
-    k = v.trace(i).get("rerank_turn")
-    if isinstance(k, int) and not isinstance(k, bool) and 0 <= k < len(s.turns):
-        return str(s.turns[k].content)
-    turns = [t for t in user_turns(s, v.chat_roles) if t.content.strip()]
-    if not turns:
-        return None
-    best = max(turns, key=lambda t: (len(v.terms & set(v.analyzer.analyze(t.content))),
-                                     -t.index))
-    return str(best.content)
-
-
-def terms_turn(v: QuestionView, i: int) -> float | None:
-    text = best_turn_text(v, i)
-    return None if text is None else _share(v.terms, set(v.analyzer.analyze(text)))
-
-
-def terms_session(v: QuestionView, i: int) -> float | None:
-    s = v.session(i)
-    if s is None:
-        return None
-    text = "\n".join(t.content for t in user_turns(s, v.chat_roles))
-    return _share(v.terms, set(v.analyzer.analyze(text)))
-
-
-def lex_dense_agree(v: QuestionView, i: int) -> float | None:
-    t = v.trace(i)
-    if "dense_rank" not in t or "bm25_turn_rank" not in t:
-        return None
-    return 1.0 if t.get("dense_rank") == 1 and t.get("bm25_turn_rank") == 1 else 0.0
-
-
-def query_terms(v: QuestionView, i: int) -> float | None:
-    return float(len(v.terms))
-
-
-def time_expression(v: QuestionView, i: int) -> float | None:
-    from engram_eval.retrieval.temporal import parse_date, resolve_time_window
-
-    qd = parse_date(v.question.question_date or "") or REFERENCE_DATE
-    return 1.0 if resolve_time_window(v.question.question, qd) is not None else 0.0
-
-
-def count_or_compare(v: QuestionView, i: int) -> float | None:
-    return 1.0 if COUNT_COMPARE.search(v.question.question) else 0.0
-
-
-def question_entities(v: QuestionView) -> frozenset[str]:
-    """Analysed capitalised words of the question other than its first word."""
-    words = [m.group(0) for m in _CAPITALISED.finditer(v.question.question)
-             if m.start() > 0 and v.question.question[:m.start()].strip()]
-    out: set[str] = set()
-    for w in words:
-        out.update(v.analyzer.analyze(w))
-    return frozenset(out)
-
-
-def absent_entity(v: QuestionView, i: int) -> float | None:
-    ents = question_entities(v)
-    if not ents:
-        return 0.0
-    seen: set[str] = set()
-    for s in v.question.sessions:
-        for t in s.turns:
-            seen.update(v.analyzer.analyze(f"{t.role} {t.content}"))
-        if ents <= seen:
-            return 0.0
-    return 1.0 if ents - seen else 0.0
-
-
-@dataclass(frozen=True)
-class Feature:
-    name: str
-    fn: Callable[[QuestionView, int], float | None]
-    context: bool  # the same for every candidate of a question
-    doc: str
-
-
-FEATURES: tuple[Feature, ...] = (
-    Feature("rerank_logit", rerank_logit, False, "cross-encoder raw score (best turn's logit)"),
-    Feature("rerank_z", rerank_z, False, "that logit standardised over the reranked candidates"),
-    Feature("first_stage_rank", first_stage_rank, False, "log of the first-stage (fused) rank"),
-    Feature("rerank_agreement", rerank_agreement, True,
-            "Kendall tau of fused rank vs rerank rank over the reranked candidates"),
-    Feature("dense", dense, False, "dense score"),
-    Feature("dense_z", dense_z, False, "dense score standardised over every session"),
-    Feature("dense_max", dense_max, True, "best dense score of the question"),
-    Feature("fused_z", fused_z, False, "fused score standardised over every session"),
-    Feature("fusion_margin", fusion_margin, True, "best fused score minus the second"),
-    Feature("terms_turn", terms_turn, False, "share of the question's terms in the best turn"),
-    Feature("terms_session", terms_session, False, "share of the question's terms in the session"),
-    Feature("lex_dense_agree", lex_dense_agree, False, "first by both dense and bm25_turn"),
-    Feature("query_terms", query_terms, True, "number of the question's terms"),
-    Feature("time_expression", time_expression, True, "the question names a time window"),
-    Feature("count_or_compare", count_or_compare, True, "the question counts or compares"),
-    Feature("absent_entity", absent_entity, True,
-            "a capitalised question word found in no session"),
-)
-FEATURE_NAMES = tuple(f.name for f in FEATURES)
-
-
-def feature_row(v: QuestionView, i: int, context: Mapping[str, float | None] | None = None
-                ) -> list[float]:
-    """Every feature of candidate ``i`` (NaN where undefined); ``context``: the question's
-    context features, computed once."""
-    out = []
-    for f in FEATURES:
-        x = context[f.name] if (context is not None and f.context) else f.fn(v, i)
-        out.append(float("nan") if x is None else float(x))
-    return out
+    return make_view(question.question, question.question_date, question.sessions,
+                     row["ranked_session_ids"], traces, analyzer)
 
 
 # --------------------------------------------------------------------------- extraction
@@ -352,17 +114,6 @@ class QuestionRecord:
     candidates: tuple[str, ...]
     labels: tuple[int, ...]
     x: np.ndarray  # (len(candidates), len(FEATURES))
-
-
-def analyzer_of_run(meta: Mapping[str, Any] | None) -> Analyzer:
-    """The run's lexical analyser: the ``lexical_*`` fields of its recorded settings, a field
-    the run predates at its legacy value (the analyser it was made with)."""
-    from types import SimpleNamespace
-
-    from engram_eval.retrieval.analyzer import analyzer_of
-    from engram_eval.retrieval.settings import recorded_values
-
-    return analyzer_of(SimpleNamespace(**recorded_values(meta or {})))
 
 
 def extract(rows: Sequence[Mapping[str, Any]], questions: Mapping[str, Question], fmt: str,

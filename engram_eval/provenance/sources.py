@@ -123,6 +123,7 @@ _HASHED_BY: dict[str, str] = {
     "engram_eval/retrieval/feedback.py": "production confidence",
     "engram_eval/retrieval/flags.py": "run production confidence",
     "engram_eval/retrieval/fusion.py": "production confidence",
+    "engram_eval/retrieval/gate_features.py": "production confidence",
     "engram_eval/retrieval/holder.py": "production confidence",
     "engram_eval/retrieval/models.py": "run production confidence context answer judge",
     "engram_eval/retrieval/onnx_export.py": "production confidence",
@@ -132,11 +133,11 @@ _HASHED_BY: dict[str, str] = {
     "engram_eval/retrieval/settings.py": "run production confidence",
     "engram_eval/retrieval/sources.py": "production confidence",
     "engram_eval/retrieval/temporal.py": "run production confidence context answer judge",
-    "engram_eval/runs/__init__.py": "run context answer judge",
+    "engram_eval/runs/__init__.py": "run production confidence context answer judge",
     "engram_eval/runs/config.py": "run",
     "engram_eval/runs/executors.py": "run",
     "engram_eval/runs/merge.py": "run",
-    "engram_eval/runs/rows.py": "run context answer judge",
+    "engram_eval/runs/rows.py": "run production confidence context answer judge",
     "engram_eval/runs/runner.py": "run",
     "engram_eval/runs/shard.py": "run",
     "engram_eval/schemas/locomo.schema.json": "run production confidence context answer judge",
@@ -268,6 +269,9 @@ FILE_GENERATORS: dict[str, str] = {
     "calibration_v3_chat_full.report.png": "engram_eval/production_eval/commands.py",
     "calibration_v3_people_full.report.json": "engram_eval/production_eval/commands.py",
     "calibration_v3_people_full.report.png": "engram_eval/production_eval/commands.py",
+    # results/confidence_v4: calibration v4 per memory shape (scripts/publish_confidence_v4.sh)
+    "calibration_v4.report.json": "engram_eval/production_eval/commands.py",
+    "calibration_v4.report.png": "engram_eval/production_eval/commands.py",
     # results/lexical (scripts/publish_lexical.sh, issue 27): each analyser and speaker
     # variant tuned on its own part, the choice, the two chosen runs tuned together
     "tune_lme_plain.yaml": "engram_eval/analysis/tune.py",

@@ -62,7 +62,11 @@ Trace contract (the keys that ``analyze`` and ``tune`` read). Per session, in
   score, null if not reranked), ``base_raw_score`` and ``passage`` (reranked only);
 * ``raw_score`` (cross-encoder logit if reranked, else the fused score), ``final_score``
   (= the row's score; non-increasing down the ranking);
-* ``moved_by_coverage``: true (only present when the coverage step moved the session).
+* ``moved_by_coverage``: true (only present when the coverage step moved the session);
+* ``gate_features`` (the first :data:`.gate_features.GATE_DEPTH` results only): the
+  confidence features the study kept, name -> value (null where undefined), computed by
+  :mod:`.gate_features` with every spread over the first :data:`.gate_features.GATE_SPREAD`
+  results (runs made before it lack the key).
 
 Per question, in ``row.trace.question``: ``signals`` (names computed for this corpus, in
 fusion order), ``fusion`` (``method``, ``normalisation``, ``weights``, ``k``),

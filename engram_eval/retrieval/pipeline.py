@@ -25,7 +25,11 @@ Stages, in order (README.md, "Architecture", gives the same outline):
    rank (``fusion_alpha``) and the temporal multiplier; sessions not reranked go below.
 5. :func:`coverage_stage` (only after a rerank with ``preserve_prior``): the temporal leader
    kept inside the first ``result_k`` (:mod:`.coverage`).
-6. :func:`finish`: the per-session traces (:class:`SessionTrace`) and the ranking.
+6. :func:`features_stage`: the confidence features the study kept
+   (:data:`.gate_features.GATE_FEATURES`, computed by :mod:`.gate_features`, the one
+   implementation) of the first :data:`.gate_features.GATE_DEPTH` results, traced as
+   ``gate_features``; they never change the ranking.
+7. :func:`finish`: the per-session traces (:class:`SessionTrace`) and the ranking.
 
 The trace contract (keys, meaning) is documented in :mod:`engram_eval.retrieval.hybrid`,
 which ``analyze`` and ``tune`` read; :class:`SessionTrace` and :class:`QuestionTrace` type it.
@@ -92,6 +96,7 @@ class SessionTrace(TypedDict, total=False):
     final_score: float
     pre_coverage_score: float
     moved_by_coverage: bool
+    gate_features: dict[str, float | None]
 
 
 @dataclass
@@ -544,8 +549,28 @@ def coverage_stage(st: QuestionState) -> None:
         st.final[leader] = above if above == below else below + (above - below) / 2.0
 
 
+def features_stage(st: QuestionState) -> None:
+    """Stage 6: :data:`.gate_features.GATE_FEATURES` of the first
+    :data:`.gate_features.GATE_DEPTH` results of the final order into their traces as
+    ``gate_features`` (feature name -> value, None where undefined), from the view of the
+    final ranking that a run's trace gives (:func:`.gate_features.make_view`, spread
+    :data:`.gate_features.GATE_SPREAD`)."""
+    from engram_eval.retrieval import gate_features as G
+
+    top = st.order[: G.GATE_DEPTH]
+    sessions = st.corpus.sessions
+    traces = [{**st.traces[i], "fused": float(st.fused[i]), "fused_rank": st.fused_rank[i],
+               "reranked": i in st.reranked, "rerank_rank": st.rerank_rank.get(i)}
+              for i in top]
+    v = G.make_view(st.text, st.question_date, sessions,
+                    [sessions[i].session_id for i in top], traces,
+                    analyzer_of(st.settings), G.GATE_SPREAD)
+    for i, row in zip(top, G.gate_rows(v, len(top)), strict=True):
+        st.traces[i]["gate_features"] = row
+
+
 def finish(st: QuestionState) -> list[tuple[int, SessionTrace]]:
-    """Stage 6: ``(corpus index, trace)`` in final order, each trace completed."""
+    """Stage 7: ``(corpus index, trace)`` in final order, each trace completed."""
     out = []
     leader = st.t_order[0] if st.t_order else None
     for i in st.order:
@@ -583,6 +608,7 @@ def run_pipeline(question_id: str, text: str, question_date: str,
         rerank_stage(st, score_pairs)
         if c.preserve_prior:
             coverage_stage(st)
+    features_stage(st)
     return st
 
 

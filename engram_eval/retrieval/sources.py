@@ -47,6 +47,7 @@ _HASHED_BY: dict[str, str] = {
     "engram_eval/retrieval/embeddings.py": "pipeline search",
     "engram_eval/retrieval/feedback.py": "pipeline search",
     "engram_eval/retrieval/fusion.py": "pipeline search",
+    "engram_eval/retrieval/gate_features.py": "pipeline search",
     "engram_eval/retrieval/holder.py": "pipeline search",
     "engram_eval/retrieval/hybrid.py": "pipeline",
     "engram_eval/retrieval/memo_lexical.py": "memo-lexical",

@@ -1,15 +1,14 @@
-"""The confidence feature study (engram_eval.production_eval.confidence_study): each feature
-on a hand-built question and trace (expected values as formulas), the study's report shape
-on runs of the tiny fixtures, and the refusal of a held-out part."""
+"""The confidence feature study (engram_eval.production_eval.confidence_study): the study's
+report shape on runs of the tiny fixtures, candidate rows where a run stopped tracing, and
+the refusal of a held-out part (each feature on a hand-built question:
+tests/retrieval/test_gate_features.py)."""
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from engram_eval.cli import main as cli
@@ -17,6 +16,7 @@ from engram_eval.data.records import Question, Session, Turn
 from engram_eval.errors import ProvenanceError
 from engram_eval.production_eval import confidence_study as CS
 from engram_eval.retrieval.analyzer import Analyzer
+from engram_eval.retrieval.gate_features import QuestionView
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "fixtures" / "longmemeval_tiny.json"
@@ -37,10 +37,12 @@ S2 = _session("s2", "We talked about gardening.")
 S3 = _session("s3", "Nothing about that here.", "Books, books and more books.")
 
 
-def _view(text: str = "How many books did Alice buy in Paris?",
-          date: str = "2023/05/10 (Wed) 10:00",
-          sessions: tuple[Session, ...] = (S1, S2, S3)) -> CS.QuestionView:
-    q = Question("q1", "multi-session", text, "2", date, sessions, ("s1",))
+QUESTION = Question("q1", "multi-session", "How many books did Alice buy in Paris?", "2",
+                    "2023/05/10 (Wed) 10:00", (S1, S2, S3), ("s1",))
+
+
+def _view() -> QuestionView:
+    q = QUESTION
     traces: list[dict[str, Any]] = [
         {"dense": 0.5, "dense_rank": 1, "bm25_turn_rank": 1, "fused": 2.0, "fused_rank": 2,
          "reranked": True, "rerank_rank": 1, "base_raw_score": 3.0, "rerank_turn": 0},
@@ -51,73 +53,6 @@ def _view(text: str = "How many books did Alice buy in Paris?",
     ]
     row = {"ranked_session_ids": ["s1", "s2", "s3"], "trace": {"sessions": traces}}
     return CS.view(q, row, NEW)
-
-
-def test_the_question_terms_come_from_the_analyser() -> None:
-    v = _view()
-    assert v.terms == frozenset(NEW.analyze(v.question.question))
-    assert v.terms == {"mani", "book", "alic", "buy", "pari"}  # stemmed, stopwords out
-
-
-def test_reranker_features() -> None:
-    v = _view()
-    assert CS.rerank_logit(v, 0) == 3.0 and CS.rerank_logit(v, 2) is None
-    mean, sd = (3.0 + 1.0) / 2, math.sqrt(((3.0 - 2.0) ** 2 + (1.0 - 2.0) ** 2) / 2)
-    assert CS.rerank_z(v, 0) == pytest.approx((3.0 - mean) / sd)
-    assert CS.rerank_z(v, 2) is None
-    assert CS.first_stage_rank(v, 0) == pytest.approx(math.log(2))
-    assert CS.first_stage_rank(v, 1) == 0.0  # log(1): the first stage agrees
-    # fused ranks (2, 1) vs rerank ranks (1, 2): every pair discordant
-    assert CS.rerank_agreement(v, 0) == pytest.approx(-1.0)
-
-
-def test_score_spread_features() -> None:
-    v = _view()
-    d = [0.5, 0.2, 0.1]
-    assert CS.dense(v, 1) == 0.2
-    assert CS.dense_z(v, 0) == pytest.approx((0.5 - np.mean(d)) / np.std(d))
-    assert CS.dense_max(v, 2) == 0.5
-    f = [2.0, 1.0, 0.0]
-    assert CS.fused_z(v, 1) == pytest.approx((1.0 - np.mean(f)) / np.std(f))  # = 0
-    assert CS.fusion_margin(v, 0) == 2.0 - 1.0
-
-
-def test_term_shares_and_agreement() -> None:
-    v = _view()
-    terms = {"mani", "book", "alic", "buy", "pari"}
-    # s1's best turn is the cross-encoder's (rerank_turn 0): "I bought two books with Alice."
-    assert CS.terms_turn(v, 0) == pytest.approx(len(terms & {"bought", "two", "book", "alic"})
-                                                / len(terms))
-    # s1's user document holds both user turns: book, alic, pari, buy
-    assert CS.terms_session(v, 0) == pytest.approx(4 / 5)
-    # s3 is not reranked: its user turn sharing the most terms ("Books, books and more books.")
-    assert CS.best_turn_text(v, 2) == "Books, books and more books."
-    assert CS.terms_turn(v, 2) == pytest.approx(1 / 5)
-    assert CS.lex_dense_agree(v, 0) == 1.0 and CS.lex_dense_agree(v, 1) == 0.0
-
-
-def test_question_cues() -> None:
-    v = _view()
-    assert CS.query_terms(v, 0) == 5.0
-    assert CS.count_or_compare(v, 0) == 1.0
-    assert CS.time_expression(v, 0) == 0.0
-    # "Paris" (analysed "pari") is in s1; "Berlin" is in no session
-    assert CS.absent_entity(v, 0) == 0.0
-    w = _view("What did Alice buy in Berlin last week?")
-    assert CS.question_entities(w) == {"alic", "berlin"}
-    assert CS.absent_entity(w, 0) == 1.0
-    assert CS.time_expression(w, 0) == 1.0
-    assert CS.count_or_compare(w, 0) == 0.0
-    # no question date (LoCoMo): the window is still looked for, at REFERENCE_DATE
-    assert CS.time_expression(_view("What did Alice paint in 2022?", date=""), 0) == 1.0
-
-
-def test_feature_row_holds_every_feature_nan_where_undefined() -> None:
-    v = _view()
-    row = CS.feature_row(v, 2)
-    assert len(row) == len(CS.FEATURES)
-    assert math.isnan(row[CS.FEATURE_NAMES.index("rerank_logit")])
-    assert row[CS.FEATURE_NAMES.index("dense")] == 0.1
 
 
 # --------------------------------------------------------------------------- the study
@@ -216,7 +151,7 @@ def test_candidate_rows_stop_where_the_run_stopped_tracing() -> None:
     v = _view()
     row = {"question_id": "q1", "ranked_session_ids": list(v.ranked),
            "trace": {"sessions": [dict(t) for t in v.traces[:2]]}}
-    recs, left = CS.extract([row], {"q1": v.question}, "longmemeval", NEW, candidates=20)
+    recs, left = CS.extract([row], {"q1": QUESTION}, "longmemeval", NEW, candidates=20)
     assert left == {"no_gold": 0} and len(recs) == 1
     r = recs[0]
     assert r.candidates == ("s1", "s2") and r.labels == (1, 0) and r.top_correct == 1

@@ -119,17 +119,16 @@ def test_corpus_shape_of_the_data_the_package_reads() -> None:
 # --------------------------------------------------------------------------- the fit
 
 
-def _part(label: str, seed: int, shape: str, n: int = 40, k: int = 4):
-    """A synthetic part: n questions of k candidates, every 5th unanswerable, gold memories
-    with a higher first feature; groups of 2 questions."""
-    from engram_eval.production.features import FEATURES_V3
+def _part(label: str, seed: int, shape: str, n: int = 40, k: int = 4, width: int = 11):
+    """A synthetic part: n questions of k candidates (``width`` features), every 5th
+    unanswerable, gold memories with a higher first feature; groups of 2 questions."""
     from engram_eval.production_eval.calibrate_real import PartData
 
     rng = np.random.default_rng(seed)
     records = []
     for q in range(n):
         unans = q % 5 == 0
-        x = rng.normal(size=(k, len(FEATURES_V3)))
+        x = rng.normal(size=(k, width))
         x[:, -1] = 1.5  # a constant column: scikit-learn's scale 1 for it
         gold_at = None if unans else int(rng.integers(0, k))
         if gold_at is not None:
@@ -146,17 +145,22 @@ def _part(label: str, seed: int, shape: str, n: int = 40, k: int = 4):
 
 
 
+@pytest.mark.parametrize("features", ["v3", "v4"])
 @pytest.mark.parametrize("mapping", ["isotonic", "platt"])
-def test_numpy_application_reproduces_scikit_learn(tmp_path: Path, mapping: str) -> None:
+def test_numpy_application_reproduces_scikit_learn(tmp_path: Path, mapping: str,
+                                                   features: str) -> None:
     """The stored model of a shape, loaded and applied with numpy only, gives scikit-learn's
-    predict_proba of the score model and the mapping's prediction to 1e-12."""
+    predict_proba of the score model and the mapping's prediction to 1e-12 (each feature
+    set: v3, and v4, the features the study kept as the pipeline traces them)."""
     from engram_eval.io import sha256_json
     from engram_eval.production.confidence import ShapeCalibration, load_calibration
-    from engram_eval.production.features import FEATURES_V3
+    from engram_eval.production.features import feature_set
     from engram_eval.production_eval import calibrate_real as C
 
-    parts = [_part("a", 0, "short"), _part("b", 1, "short")]
-    m = C.fit_model(parts, folds=4, mapping=mapping, target_precision=0.5, min_returned=5)
+    width = len(feature_set(features).features)
+    parts = [_part("a", 0, "short", width=width), _part("b", 1, "short", width=width)]
+    m = C.fit_model(parts, features=features, folds=4, mapping=mapping,
+                    target_precision=0.5, min_returned=5)
     entry = C.shape_model_doc(m, "short", parts, candidates=4)
     doc = {"kind": "engram-eval/production-calibration", "version": 4, "shapes":
            {"short": entry}, "embedding_model": {"sha256": "e" * 64}, "settings": {}}
@@ -165,9 +169,9 @@ def test_numpy_application_reproduces_scikit_learn(tmp_path: Path, mapping: str)
     cal = load_calibration(p)
     assert isinstance(cal, ShapeCalibration)
     model = cal.for_shape("short")
-    assert model.feature_set == "v3" and model.cutoff == entry["cutoff"]["value"]
-    x, _, _, _ = C._pairs(parts)
-    x = np.vstack([x, np.random.default_rng(7).normal(scale=3, size=(50, len(FEATURES_V3)))])
+    assert model.feature_set == features and model.cutoff == entry["cutoff"]["value"]
+    x, _, _, _ = C._pairs(parts, width)
+    x = np.vstack([x, np.random.default_rng(7).normal(scale=3, size=(50, width))])
     z = model.scores(x)
     assert np.max(np.abs(1 / (1 + np.exp(-z)) - m.score_model.predict_proba(x)[:, 1])) < 1e-12
     zs = m.score_model.decision_function(x)
@@ -316,3 +320,132 @@ def test_search_takes_the_model_of_the_memories_shape(tiny_engine, tmp_path: Pat
     _, loc = load_questions(REPO / "fixtures" / "locomo_tiny.json", "locomo")
     with pytest.raises(ConfigError, match="no calibrated model for memory shape 'people'"):
         search_all(eng, next(session_questions(eng, list(loc), "locomo")))
+
+
+# --------------------------------------------------------------------------- runs as parts
+
+
+def _tiny_run(tmp: Path, data: Path) -> Path:
+    from engram_eval.runs import runner
+    from engram_eval.runs.config import RunConfig
+
+    out = tmp / f"{data.stem}.jsonl"
+    cfg = RunConfig(use_dense=False, use_dense_rocchio=False, rerank=False, progress=False,
+                    cache_dir=str(tmp / "cache"))
+    runner.run(cfg, data, out, echo=lambda m: None)
+    return out
+
+
+@pytest.mark.parametrize(("dataset", "shape"), [("longmemeval_tiny.json", "chat"),
+                                                ("locomo_tiny.json", "people")])
+def test_runs_give_the_features_their_traces_hold(tmp_path: Path, dataset: str,
+                                                  shape: str) -> None:
+    """A part read from a run: per question the first GATE_DEPTH traced results, rows of
+    feature set v4 equal to the trace's ``gate_features`` (None read as 0), the shape read
+    from the data; a run made before the trace held them (the key removed) gives the same
+    rows, computed from its traces by the same functions."""
+    from engram_eval.production.features import feature_set
+    from engram_eval.production_eval import calibrate_real as C
+    from engram_eval.retrieval.gate_features import GATE_DEPTH, GATE_FEATURES
+    from engram_eval.runs.reader import read_run
+
+    data = REPO / "fixtures" / dataset
+    run = _tiny_run(tmp_path, data)
+    part = C.extract_runs("p", [run], data)
+    assert part.shape == shape and part.records
+    assert feature_set("v4").features == GATE_FEATURES
+    rows = {r["question_id"]: r for r in read_run(run).rows}
+    for rec in part.records:
+        traces = rows[rec["question_id"]]["trace"]["sessions"]
+        k = min(GATE_DEPTH, len(traces))
+        assert rec["candidates"] == rows[rec["question_id"]]["ranked_session_ids"][:k]
+        want = [[0.0 if t["gate_features"][n] is None else t["gate_features"][n]
+                 for n in GATE_FEATURES] for t in traces[:k]]
+        assert rec["x"].tolist() == want
+        assert rec["y"].sum() == (0 if rec["unanswerable"] else
+                                  len(set(rec["candidates"]) & set(rec["gold"])))
+    # the same run without the traced features: computed from its traces, the same rows
+    lines = run.read_text(encoding="utf-8").splitlines()
+    old = tmp_path / "old.jsonl"
+    out = []
+    for line in lines:
+        row = json.loads(line)
+        for t in (row.get("trace") or {}).get("sessions") or []:
+            t.pop("gate_features", None)
+        out.append(json.dumps(row))
+    old.write_text("\n".join(out) + "\n", encoding="utf-8")
+    # the sidecar as it was (the summary records the rows' sha256, so it stays behind)
+    Path(str(old) + ".metadata.json").write_bytes(Path(str(run) + ".metadata.json").read_bytes())
+    again = C.extract_runs("p", [old], data)
+    assert [r["x"].tolist() for r in again.records] == [r["x"].tolist() for r in part.records]
+    assert again.selection["runs"][0]["questions_with_features_computed_from_traces"] == len(
+        again.records)
+    assert part.selection["runs"][0]["questions_with_traced_features"] == len(part.records)
+
+
+def test_runs_of_a_heldout_part_are_refused(tmp_path: Path) -> None:
+    from engram_eval.data.split import split_dataset
+    from engram_eval.errors import ProvenanceError
+    from engram_eval.production_eval import calibrate_real as C
+
+    split_dataset(REPO / "fixtures" / "longmemeval_tiny.json", holdout=0.5, salt="t",
+                  output_dir=tmp_path)
+    held = next(p for p in tmp_path.glob("*.heldout.json*") if not p.name.endswith(".split.json"))
+    with pytest.raises(ProvenanceError, match="held-out"):
+        C.extract_runs("x", [tmp_path / "never-read.jsonl"], held)
+
+
+def test_the_selective_report_shows_unanswerable_questions_apart() -> None:
+    """Every question, the answerable ones alone and the unanswerable ones alone (counts and
+    rates as formulas), with the risk-coverage curve of every question."""
+    from engram_eval.production_eval import calibrate_real as C
+
+    top = [{"question_id": "a", "unanswerable": False, "confidence": 0.9, "correct": 1},
+           {"question_id": "b", "unanswerable": False, "confidence": 0.7, "correct": 0},
+           {"question_id": "c", "unanswerable": True, "confidence": 0.8, "correct": 0},
+           {"question_id": "d", "unanswerable": True, "confidence": 0.2, "correct": 0}]
+    rep = C.selective_report(top, 0.5, "longmemeval")
+    assert rep["all"]["n"] == 4 and rep["answerable"]["n"] == 2
+    assert rep["answerable"]["auroc"] == 1.0  # the right answer above the wrong one
+    una = rep["unanswerable"]
+    assert una["n"] == 2 and una["abstained_at_cutoff"] == 1
+    assert una["mean_confidence"] == pytest.approx((0.8 + 0.2) / 2)
+    assert "_abs" in una["what"]
+    rc = rep["all"]["risk_coverage"]
+    assert [p["coverage"] for p in rc] == [1 / 4, 2 / 4, 3 / 4, 4 / 4]
+    assert [p["risk"] for p in rc] == pytest.approx([0 / 1, 1 / 2, 2 / 3, 3 / 4])
+    assert rep["at_cutoff"]["returned"] == 3
+
+
+def test_the_command_fits_v4_from_runs_with_its_selective_report(
+        tiny_embedding_model: str, tmp_path: Path) -> None:
+    """calibrate-sessions --per-shape --feature-set v4 --run ... --run-data ...: the chat
+    model fitted on a run's traced features, the report's selective rows per part and a
+    figure; --run without v4, or a --run label without its data, is refused."""
+    from engram_eval.cli.production import main
+
+    data = REPO / "fixtures" / "longmemeval_tiny.json"
+    run = _tiny_run(tmp_path, data)
+    cal, rep = tmp_path / "cal.json", tmp_path / "rep.json"
+    base = ["calibrate-sessions", "--per-shape", "--run", f"lme={run}", "--no-cache",
+            "--no-excerpt-retry", "--embedding-model", tiny_embedding_model]
+    assert main([*base, "--feature-set", "v3", "--run-data", f"lme={data}",
+                 "--output", str(cal)]) == 2
+    assert main([*base, "--feature-set", "v4", "--output", str(cal)]) == 2
+    assert not cal.exists()
+    assert main([*base, "--feature-set", "v4", "--run-data", f"lme={data}", "--folds", "2",
+                 "--min-returned", "1", "--mapping", "platt", "--output", str(cal),
+                 "--report", str(rep)]) == 0
+    doc = json.loads(cal.read_text())
+    m = doc["shapes"]["chat"]
+    assert sorted(doc["shapes"]) == ["chat"] and m["feature_set"] == "v4"
+    sel = m["selective_out_of_fold"]["lme"]
+    n_una = sum(1 for r in json.loads(cal.read_text())["shapes"]["chat"]["data"]
+                for _ in range(r["unanswerable"]))
+    assert sel["unanswerable"]["n"] == n_una == 2  # lme_t10_abs, lme_t11_abs
+    assert sel["all"]["n"] == sel["answerable"]["n"] + n_una
+    assert rep.is_file() and rep.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    # the curves are in the report only; the calibration file is the report's doc without them
+    full = json.loads(rep.read_text())["shapes"]["chat"]["selective_out_of_fold"]["lme"]
+    assert "risk_coverage" not in m["selective_out_of_fold"]["lme"]["all"]
+    assert full["all"]["risk_coverage"][-1]["coverage"] == 1.0
