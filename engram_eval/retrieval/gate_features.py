@@ -51,7 +51,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -115,6 +115,13 @@ class QuestionView:
         return self.traces[i] if i < len(self.traces) else {}
 
 
+@lru_cache(maxsize=1 << 16)
+def term_set(analyzer: Analyzer, text: str) -> frozenset[str]:
+    """The distinct terms of ``text`` under ``analyzer``, memoised: the candidates of one
+    conversation's questions share their turns, and a best turn is read twice."""
+    return frozenset(analyzer.analyze(text))
+
+
 def make_view(text: str, question_date: str, sessions: Sequence[Session],
               ranked: Sequence[str], traces: Sequence[Mapping[str, Any]], analyzer: Analyzer,
               spread: int | None = None) -> QuestionView:
@@ -151,7 +158,7 @@ def _z(own: float | None, values: Sequence[float | None]) -> float | None:
     return None if sd == 0 else (own - float(np.mean(xs))) / sd
 
 
-def _share(terms: frozenset[str], found: set[str]) -> float:
+def _share(terms: frozenset[str], found: frozenset[str] | set[str]) -> float:
     return len(terms & found) / len(terms) if terms else 0.0
 
 
@@ -221,14 +228,14 @@ def best_turn_text(v: QuestionView, i: int) -> str | None:
     turns = [t for t in user_turns(s, v.chat_roles) if t.content.strip()]
     if not turns:
         return None
-    best = max(turns, key=lambda t: (len(v.terms & set(v.analyzer.analyze(t.content))),
+    best = max(turns, key=lambda t: (len(v.terms & term_set(v.analyzer, t.content)),
                                      -t.index))
     return str(best.content)
 
 
 def terms_turn(v: QuestionView, i: int) -> float | None:
     text = best_turn_text(v, i)
-    return None if text is None else _share(v.terms, set(v.analyzer.analyze(text)))
+    return None if text is None else _share(v.terms, term_set(v.analyzer, text))
 
 
 def terms_session(v: QuestionView, i: int) -> float | None:
@@ -236,7 +243,7 @@ def terms_session(v: QuestionView, i: int) -> float | None:
     if s is None:
         return None
     text = "\n".join(t.content for t in user_turns(s, v.chat_roles))
-    return _share(v.terms, set(v.analyzer.analyze(text)))
+    return _share(v.terms, term_set(v.analyzer, text))
 
 
 def lex_dense_agree(v: QuestionView, i: int) -> float | None:
