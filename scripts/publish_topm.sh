@@ -4,7 +4,7 @@
 # only, with section 14's frozen analyser and speaker rule, then the rerank stage re-checked
 # out of fold on the new chat first stage.
 #
-#   scripts/publish_topm.sh topm|rerank|runs-lme|runs-loc LME_DATA LOCOMO_DATA CACHE [SCRATCH]
+#   scripts/publish_topm.sh topm|rerank|runs-lme[:VARIANT]|runs-loc[:VARIANT] LME_DATA LOCOMO_DATA CACHE [SCRATCH]
 #
 # LME_DATA: ../shared/data/longmemeval/longmemeval_s_cleaned.dev.json.gz (development split);
 # LOCOMO_DATA: ../shared/data/locomo/locomo10.json. Run from the repository root of a clean
@@ -147,7 +147,9 @@ rerank() {
 }
 
 case "$STEP" in
-  runs-lme) runs_lme;;  # step 2 of topm for one dataset only (the two may run side by side)
+  # step 2 of topm for one dataset only, or one variant of it (runs may go side by side)
+  runs-lme:*|runs-loc:*) VARIANTS=("${STEP#*:}"); "runs_${STEP:5:3}";;
+  runs-lme) runs_lme;;
   runs-loc) runs_loc;;
   topm) topm;;
   rerank) rerank;;
