@@ -4,7 +4,7 @@
 # only, with section 14's frozen analyser and speaker rule, then the rerank stage re-checked
 # out of fold on the new chat first stage.
 #
-#   scripts/publish_topm.sh topm|rerank|runs-lme[:VARIANT]|runs-loc[:VARIANT] LME_DATA LOCOMO_DATA CACHE [SCRATCH]
+#   scripts/publish_topm.sh topm|people|rerank|runs-lme[:VARIANT]|runs-loc[:VARIANT] LME_DATA LOCOMO_DATA CACHE [SCRATCH]
 #
 # LME_DATA: ../shared/data/longmemeval/longmemeval_s_cleaned.dev.json.gz (development split);
 # LOCOMO_DATA: ../shared/data/locomo/locomo10.json. Run from the repository root of a clean
@@ -110,6 +110,42 @@ topm() {
   "$PY" scripts/derived_sidecars.py "$OUT"
 }
 
+people() {
+  # topm for people's chats alone (the LoCoMo runs; used when the LongMemEval runs are not
+  # made): each variant's LoCoMo run tuned alone by tune_parts (the multi-run path: folds by
+  # conversation; single-run `tune` ignores --cluster) -> topm_loc_VARIANT.yaml, the choice
+  # -> turn_top_m_people.json; when it is not the baseline, the chosen run (published) tuned
+  # together with section 14's chat run (results/lexical/tune_lme_stem, the chat first stage
+  # unchanged) -> topm_people_first_stage.yaml, and without its rerank fields ->
+  # topm_people_heldout_config.yaml
+  local v
+  for v in "${VARIANTS[@]}"; do
+    [ -e "$OUT/topm_loc_$v.yaml" ] || "$PY" -c "import sys
+from engram_eval.analysis.tune_parts import tune_parts
+r = tune_parts([sys.argv[1]], 'benchmarks/longmemeval/tune_grid.yaml', sys.argv[2],
+               protocols=['locomo'], rule='worst-ratio', folds=5, seed=0, cluster='id-prefix')
+p = r.report['structures']['people']['parts'][0]
+print(f\"{sys.argv[2]}: in-sample {p['in_sample_score']:.4f}, CV {p['cv_estimate']:.4f}\")" \
+      "$SCRATCH/topm_loc_$v.jsonl.gz" "$OUT/topm_loc_$v.yaml"
+  done
+  [ -e "$OUT/turn_top_m_people.json" ] || "$PY" -m engram_eval.analysis.turn_top_m "$OUT" \
+    "${VARIANTS[*]}" topm_loc_ turn_top_m_people.json
+  local people base
+  people=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['structures']['people']['chosen'])" "$OUT/turn_top_m_people.json")
+  base=${VARIANTS[0]}
+  if [ "$people" != "$base" ]; then
+    [ -e "$OUT/topm_loc_$people.jsonl.gz" ] || cp "$SCRATCH/topm_loc_$people".jsonl.gz* "$OUT/"
+    [ -e "$OUT/topm_people_first_stage.yaml" ] || "$E" tune \
+      results/lexical/tune_lme_stem.jsonl.gz "$OUT/topm_loc_$people.jsonl.gz" \
+      --grid benchmarks/longmemeval/tune_grid.yaml \
+      --output "$OUT/topm_people_first_stage.yaml" --protocol answerable --protocol locomo \
+      --combine worst-ratio --cluster id-prefix --folds 5 --seed 0 | tail -n 5
+    [ -e "$OUT/topm_people_heldout_config.yaml" ] || "$PY" -m engram_eval.analysis.first_stage \
+      "$OUT/topm_people_first_stage.yaml" "$OUT/topm_people_heldout_config.yaml"
+  fi
+  "$PY" scripts/derived_sidecars.py "$OUT"
+}
+
 rerank() {
   local chat
   chat=$("$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['structures']['chat']['chosen'] != r['baseline'])" "$OUT/turn_top_m.json")
@@ -152,6 +188,7 @@ case "$STEP" in
   runs-lme) runs_lme;;
   runs-loc) runs_loc;;
   topm) topm;;
+  people) people;;
   rerank) rerank;;
-  *) echo "unknown step $STEP (topm|rerank|runs-lme|runs-loc)" >&2; exit 2;;
+  *) echo "unknown step $STEP (topm|people|rerank|runs-lme|runs-loc)" >&2; exit 2;;
 esac

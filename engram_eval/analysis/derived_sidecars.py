@@ -59,6 +59,18 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "topm_d1b3.yaml.tuning.json": ("topm_lme_d1b3.jsonl.gz", "topm_loc_d1b3.jsonl.gz"),
     "topm_first_stage.yaml": ("topm_lme_*.jsonl.gz", "topm_loc_*.jsonl.gz"),
     "topm_first_stage.yaml.tuning.json": ("topm_lme_*.jsonl.gz", "topm_loc_*.jsonl.gz"),
+    "topm_loc_d1b1.yaml": ("topm_loc_d1b1.jsonl.gz",),
+    "topm_loc_d1b1.yaml.tuning.json": ("topm_loc_d1b1.jsonl.gz",),
+    "topm_loc_d2b1.yaml": ("topm_loc_d2b1.jsonl.gz",),
+    "topm_loc_d2b1.yaml.tuning.json": ("topm_loc_d2b1.jsonl.gz",),
+    "topm_loc_d3b1.yaml": ("topm_loc_d3b1.jsonl.gz",),
+    "topm_loc_d3b1.yaml.tuning.json": ("topm_loc_d3b1.jsonl.gz",),
+    "topm_loc_d1b2.yaml": ("topm_loc_d1b2.jsonl.gz",),
+    "topm_loc_d1b2.yaml.tuning.json": ("topm_loc_d1b2.jsonl.gz",),
+    "topm_loc_d1b3.yaml": ("topm_loc_d1b3.jsonl.gz",),
+    "topm_loc_d1b3.yaml.tuning.json": ("topm_loc_d1b3.jsonl.gz",),
+    "topm_people_first_stage.yaml": ("topm_loc_*.jsonl.gz",),
+    "topm_people_first_stage.yaml.tuning.json": ("topm_loc_*.jsonl.gz",),
 }
 
 RUN_SUFFIXES = (".jsonl", ".jsonl.gz")

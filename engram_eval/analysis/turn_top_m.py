@@ -7,6 +7,8 @@ structure's cross-validated estimate, per fold, read from the tuning reports
 them.
 
     python -m engram_eval.analysis.turn_top_m results/turn_top_m "d1b1 d2b1 d3b1 d1b2 d1b3"
+    python -m engram_eval.analysis.turn_top_m results/turn_top_m "d1b1 ..." topm_loc_ \
+        turn_top_m_people.json      # the LoCoMo runs tuned alone (people only)
 
 The first variant listed is the baseline: every other variant is compared with it fold by
 fold (the folds are the same: same questions, same seed), and a tie goes to the variant
@@ -38,14 +40,19 @@ RULE = ("per chat structure, the variant whose cross-validated estimate (`engram
 OUTPUT = "turn_top_m.json"
 
 
-def report_name(variant: str) -> str:
-    return f"topm_{variant}.yaml.tuning.json"
+#: Reports of the variants tuned over both parts; ``topm_loc_`` names those of the LoCoMo
+#: tune conversations tuned alone (``publish_topm.sh people``).
+PREFIX = "topm_"
+
+
+def report_name(variant: str, prefix: str = PREFIX) -> str:
+    return f"{prefix}{variant}.yaml.tuning.json"
 
 
 def _turn_values(config: dict[str, Any], structure: str) -> dict[str, int]:
     """The variant's turn fields for ``structure``, from the tuned config the report holds
     (people: ``people_overrides`` first)."""
-    over = config.get("people_overrides") or {} if structure == "people" else {}
+    over = (config.get("people_overrides") or {}) if structure == "people" else {}
     return {k: int(over.get(k, config.get(k, 1))) for k in STRUCTURE_TURN_FIELDS}
 
 
@@ -86,21 +93,25 @@ def nested(variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {"estimate": total / n_all if n_all else None, "per_fold": picks}
 
 
-def turn_top_m(reports: Path, names: Sequence[str]) -> dict[str, Any]:
-    """The report: per structure, every variant's turn fields, estimates (overall and per
-    fold), its folds against the baseline (the first variant), the choice and the nested
-    estimate."""
+def turn_top_m(reports: Path, names: Sequence[str], prefix: str = PREFIX) -> dict[str, Any]:
+    """The report: per structure that every report tuned, every variant's turn fields,
+    estimates (overall and per fold), its folds against the baseline (the first variant), the
+    choice and the nested estimate."""
     if not names:
         raise ConfigError("turn_top_m: give at least one variant")
     loaded = {}
     for v in names:
-        path = reports / report_name(v)
+        path = reports / report_name(v, prefix)
         loaded[v] = json.loads(path.read_text())
+    present = [s for s in ("chat", "people")
+               if all(s in loaded[v]["structures"] for v in names)]
+    if not present:
+        raise ConfigError("turn_top_m: no chat structure is tuned in every report")
     out: dict[str, Any] = {"rule": RULE, "baseline": names[0], "structures": {}}
-    for structure in ("chat", "people"):
+    for structure in present:
         per: dict[str, dict[str, Any]] = {}
         for v in names:
-            name = report_name(v)
+            name = report_name(v, prefix)
             part = _part(loaded[v], structure, name)
             per[v] = {"turn_fields": _turn_values(loaded[v]["config"], structure),
                       "report": name, "part": part["path"], "protocol": part["protocol"],
@@ -115,8 +126,9 @@ def turn_top_m(reports: Path, names: Sequence[str]) -> dict[str, Any]:
             better = worse = 0
             for a, b in zip(per[v]["per_fold"], base, strict=True):
                 if a["fold"] != b["fold"] or a["n"] != b["n"]:
-                    raise ConfigError(f"turn_top_m: {report_name(v)} and "
-                                      f"{report_name(names[0])} have different folds")
+                    raise ConfigError(f"turn_top_m: {report_name(v, prefix)} and "
+                                      f"{report_name(names[0], prefix)} have different "
+                                      "folds")
                 if a["n"] and a["held_out_score"] > b["held_out_score"]:
                     better += 1
                 elif a["n"] and a["held_out_score"] < b["held_out_score"]:
@@ -130,13 +142,14 @@ def turn_top_m(reports: Path, names: Sequence[str]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 2:
+    if len(args) not in (2, 4):
         print("usage: python -m engram_eval.analysis.turn_top_m DIR 'VARIANTS (baseline "
-              "first)'", file=sys.stderr)
+              f"first)' [REPORT_PREFIX OUTPUT] (default {PREFIX} {OUTPUT})", file=sys.stderr)
         return 2
     d = Path(args[0])
-    report = turn_top_m(d, args[1].split())
-    exclusive_write(d / OUTPUT, json.dumps(report, indent=1) + "\n")
+    prefix, output = (args[2], args[3]) if len(args) == 4 else (PREFIX, OUTPUT)
+    report = turn_top_m(d, args[1].split(), prefix)
+    exclusive_write(d / output, json.dumps(report, indent=1) + "\n")
     print(json.dumps({k: v["chosen"] for k, v in report["structures"].items()}))
     return 0
 
