@@ -309,6 +309,21 @@ FILE_GENERATORS: dict[str, str] = {
     "topm_first_stage.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
     "topm_heldout_config.yaml": "engram_eval/analysis/first_stage.py",
     "topm_rerank_choice.json": "engram_eval/analysis/choose_rerank.py",
+    # the people-only study (publish_topm.sh people)
+    "topm_loc_d1b1.yaml": "engram_eval/analysis/tune_parts.py",
+    "topm_loc_d1b1.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    "topm_loc_d2b1.yaml": "engram_eval/analysis/tune_parts.py",
+    "topm_loc_d2b1.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    "topm_loc_d3b1.yaml": "engram_eval/analysis/tune_parts.py",
+    "topm_loc_d3b1.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    "topm_loc_d1b2.yaml": "engram_eval/analysis/tune_parts.py",
+    "topm_loc_d1b2.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    "topm_loc_d1b3.yaml": "engram_eval/analysis/tune_parts.py",
+    "topm_loc_d1b3.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    "turn_top_m_people.json": "engram_eval/analysis/turn_top_m.py",
+    "topm_people_first_stage.yaml": "engram_eval/analysis/tune_parts.py",
+    "topm_people_first_stage.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    "topm_people_heldout_config.yaml": "engram_eval/analysis/first_stage.py",
 }
 #: Derived file name suffix -> its generator (frozen manifests, ``*.frozen.json``).
 SUFFIX_GENERATORS: dict[str, str] = {
