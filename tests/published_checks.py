@@ -76,6 +76,7 @@ SOURCES_AT: dict[str, str] = {
     "lexical/fold?_d2?_*.jsonl.gz": "e5e84cc",
     "lexical/heldout_*.jsonl.gz": "7784ff5",
     "rerank_retrain/fold?_*.jsonl.gz": "fe62a1b",
+    "turn_top_m/topm_loc_*.jsonl.gz": "8c05107",
 }
 
 

@@ -45,6 +45,32 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "tuned_first_stage.yaml": ("tune_lme_stem.jsonl.gz", "tune_loc_stem_prefix.jsonl.gz"),
     "tuned_first_stage.yaml.tuning.json": ("tune_lme_stem.jsonl.gz",
                                            "tune_loc_stem_prefix.jsonl.gz"),
+    # results/turn_top_m (scripts/publish_topm.sh): the chosen variants' runs are published
+    # (topm_lme_V, topm_loc_V), the others stay in scratch
+    "topm_d1b1.yaml": ("topm_lme_d1b1.jsonl.gz", "topm_loc_d1b1.jsonl.gz"),
+    "topm_d1b1.yaml.tuning.json": ("topm_lme_d1b1.jsonl.gz", "topm_loc_d1b1.jsonl.gz"),
+    "topm_d2b1.yaml": ("topm_lme_d2b1.jsonl.gz", "topm_loc_d2b1.jsonl.gz"),
+    "topm_d2b1.yaml.tuning.json": ("topm_lme_d2b1.jsonl.gz", "topm_loc_d2b1.jsonl.gz"),
+    "topm_d3b1.yaml": ("topm_lme_d3b1.jsonl.gz", "topm_loc_d3b1.jsonl.gz"),
+    "topm_d3b1.yaml.tuning.json": ("topm_lme_d3b1.jsonl.gz", "topm_loc_d3b1.jsonl.gz"),
+    "topm_d1b2.yaml": ("topm_lme_d1b2.jsonl.gz", "topm_loc_d1b2.jsonl.gz"),
+    "topm_d1b2.yaml.tuning.json": ("topm_lme_d1b2.jsonl.gz", "topm_loc_d1b2.jsonl.gz"),
+    "topm_d1b3.yaml": ("topm_lme_d1b3.jsonl.gz", "topm_loc_d1b3.jsonl.gz"),
+    "topm_d1b3.yaml.tuning.json": ("topm_lme_d1b3.jsonl.gz", "topm_loc_d1b3.jsonl.gz"),
+    "topm_first_stage.yaml": ("topm_lme_*.jsonl.gz", "topm_loc_*.jsonl.gz"),
+    "topm_first_stage.yaml.tuning.json": ("topm_lme_*.jsonl.gz", "topm_loc_*.jsonl.gz"),
+    "topm_loc_d1b1.yaml": ("topm_loc_d1b1.jsonl.gz",),
+    "topm_loc_d1b1.yaml.tuning.json": ("topm_loc_d1b1.jsonl.gz",),
+    "topm_loc_d2b1.yaml": ("topm_loc_d2b1.jsonl.gz",),
+    "topm_loc_d2b1.yaml.tuning.json": ("topm_loc_d2b1.jsonl.gz",),
+    "topm_loc_d3b1.yaml": ("topm_loc_d3b1.jsonl.gz",),
+    "topm_loc_d3b1.yaml.tuning.json": ("topm_loc_d3b1.jsonl.gz",),
+    "topm_loc_d1b2.yaml": ("topm_loc_d1b2.jsonl.gz",),
+    "topm_loc_d1b2.yaml.tuning.json": ("topm_loc_d1b2.jsonl.gz",),
+    "topm_loc_d1b3.yaml": ("topm_loc_d1b3.jsonl.gz",),
+    "topm_loc_d1b3.yaml.tuning.json": ("topm_loc_d1b3.jsonl.gz",),
+    "topm_people_first_stage.yaml": ("topm_loc_*.jsonl.gz",),
+    "topm_people_first_stage.yaml.tuning.json": ("topm_loc_*.jsonl.gz",),
 }
 
 RUN_SUFFIXES = (".jsonl", ".jsonl.gz")

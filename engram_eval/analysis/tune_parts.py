@@ -45,6 +45,7 @@ from engram_eval.analysis import tune as T
 from engram_eval.errors import ConfigError
 from engram_eval.retrieval import fusion as F
 from engram_eval.retrieval.settings import (
+    LEGACY_VALUES,
     STRUCTURE_LEXICAL_FIELDS,
     STRUCTURE_TURN_FIELDS,
     RetrievalSettings,
@@ -103,6 +104,7 @@ def _choose(parts: list[T.TunedPart], grid: dict[str, Any], objective: Sequence[
                           seed) for p in parts]
     held = [np.zeros(len(p.questions)) for p in parts]
     per_fold = []
+    part_folds: list[list[dict[str, Any]]] = [[] for _ in parts]
     for f in range(folds):
         train = np.stack([tab[:, fold[k] != f].mean(axis=1) if (fold[k] != f).any()
                           else tab.mean(axis=1) for k, (_, tab) in enumerate(tables)])
@@ -110,6 +112,11 @@ def _choose(parts: list[T.TunedPart], grid: dict[str, Any], objective: Sequence[
         for k, (_, tab) in enumerate(tables):
             test = fold[k] == f
             held[k][test] = tab[pick, test]
+            # the pick's mean on the folds it was chosen on, and on the fold it scores
+            part_folds[k].append({"fold": f, "n": int(test.sum()),
+                                  "train_score": float(train[k, pick]),
+                                  "held_out_score": (float(tab[pick, test].mean())
+                                                     if test.any() else None)})
         per_fold.append({"fold": f, "chosen": cands[pick].to_json()})
     own_scores = []
     for p, (ev, _) in zip(parts, tables, strict=True):
@@ -124,6 +131,7 @@ def _choose(parts: list[T.TunedPart], grid: dict[str, Any], objective: Sequence[
                    "best_possible_score": float(per_part[k].max()),
                    "run_settings": p.own.to_json(), "run_settings_score": own_scores[k],
                    "cv_estimate": float(held[k].mean()),
+                   "cv_per_fold": part_folds[k],
                    "in_sample_metrics": tables[k][0].metric_means(chosen)}
                   for k, p in enumerate(parts)],
         "cross_validation": {"folds": folds, "seed": seed, "unit": cluster or "question",
@@ -188,9 +196,12 @@ def tune_parts(runs: Sequence[str | Path], grid_path: str | Path, output: str | 
     else:
         field_report = {k: {main: v} for k, v in main_fields.items()}
     if "people" in chosen and main == "chat":  # the people runs' own analyser, if it differs
-        people_cfg = RetrievalSettings.of(groups["people"][0].run_cfg).for_chat_roles(False)
+        # each side as its run recorded it, a field the run predates at its legacy value
+        # (never a later default): a field both runs had at that value is no override
+        people_cfg = RetrievalSettings.of(
+            _as_recorded(groups["people"][0].run_cfg)).for_chat_roles(False)
         for name in (*STRUCTURE_LEXICAL_FIELDS, *STRUCTURE_TURN_FIELDS):
-            a, b = config.get(name), getattr(people_cfg, name)
+            a, b = _as_recorded(config).get(name), getattr(people_cfg, name)
             if a != b:
                 overrides[name] = b
                 field_report[name] = {"chat": a, "people": b, "from": "the runs"}
@@ -212,6 +223,13 @@ def tune_parts(runs: Sequence[str | Path], grid_path: str | Path, output: str | 
     exclusive_write(report_path, json.dumps(report, indent=2, sort_keys=True) + "\n")
     exclusive_write(out, _yaml(config, report, report_path))
     return T.TuneResult(out, report_path, report)
+
+
+def _as_recorded(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` (a run's recorded config, or the config written from it) with every field it
+    lacks that has a legacy value (:data:`LEGACY_VALUES`: added after runs were published) at
+    that value, the one the run was made with."""
+    return {**{k: v for k, v in LEGACY_VALUES.items() if k not in cfg}, **cfg}
 
 
 def _default_protocol(run: str | Path) -> str:

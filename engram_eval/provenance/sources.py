@@ -295,6 +295,39 @@ FILE_GENERATORS: dict[str, str] = {
     "speed_tune30_before.json": "benchmarks/longmemeval/speed_rerank.py",
     "speed_locomo_tune.json": "benchmarks/longmemeval/speed_rerank.py",
     "speed_locomo_tune_before.json": "benchmarks/longmemeval/speed_rerank.py",
+    # results/turn_top_m (scripts/publish_topm.sh, issue 27): each turn top-m variant's
+    # two tuning runs tuned together, the choice, the chosen runs tuned together, the frozen
+    # first stage and the rerank stage re-chosen on it
+    "topm_d1b1.yaml": "engram_eval/analysis/tune_parts.py",
+    "topm_d1b1.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    "topm_d2b1.yaml": "engram_eval/analysis/tune_parts.py",
+    "topm_d2b1.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    "topm_d3b1.yaml": "engram_eval/analysis/tune_parts.py",
+    "topm_d3b1.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    "topm_d1b2.yaml": "engram_eval/analysis/tune_parts.py",
+    "topm_d1b2.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    "topm_d1b3.yaml": "engram_eval/analysis/tune_parts.py",
+    "topm_d1b3.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    "turn_top_m.json": "engram_eval/analysis/turn_top_m.py",
+    "topm_first_stage.yaml": "engram_eval/analysis/tune_parts.py",
+    "topm_first_stage.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    "topm_heldout_config.yaml": "engram_eval/analysis/first_stage.py",
+    "topm_rerank_choice.json": "engram_eval/analysis/choose_rerank.py",
+    # the people-only study (publish_topm.sh people)
+    "topm_loc_d1b1.yaml": "engram_eval/analysis/tune_parts.py",
+    "topm_loc_d1b1.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    "topm_loc_d2b1.yaml": "engram_eval/analysis/tune_parts.py",
+    "topm_loc_d2b1.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    "topm_loc_d3b1.yaml": "engram_eval/analysis/tune_parts.py",
+    "topm_loc_d3b1.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    "topm_loc_d1b2.yaml": "engram_eval/analysis/tune_parts.py",
+    "topm_loc_d1b2.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    "topm_loc_d1b3.yaml": "engram_eval/analysis/tune_parts.py",
+    "topm_loc_d1b3.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    "turn_top_m_people.json": "engram_eval/analysis/turn_top_m.py",
+    "topm_people_first_stage.yaml": "engram_eval/analysis/tune_parts.py",
+    "topm_people_first_stage.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
+    "topm_people_heldout_config.yaml": "engram_eval/analysis/first_stage.py",
 }
 #: Derived file name suffix -> its generator (frozen manifests, ``*.frozen.json``).
 SUFFIX_GENERATORS: dict[str, str] = {

@@ -231,3 +231,69 @@ def test_tune_over_two_parts_carries_the_people_runs_own_analyser(tmp_path: Path
     assert rep["fields"]["lexical_speaker"] == {"chat": "none", "people": "prefix",
                                                 "from": "the runs"}
     assert RetrievalSettings.of(cfg).for_chat_roles(False).lexical_stemmer == "snowball-english"
+
+
+def _two_parts(tmp_path: Path, chat_cfg: dict, people_cfg: dict,
+               drop: tuple[str, ...] = ()) -> tuple[dict, dict]:
+    """The two hand-made parts tuned together, their sidecars' config updated with
+    ``chat_cfg`` / ``people_cfg`` and without the fields ``drop`` that these do not set (a run
+    made before those fields existed): (the written config, the report)."""
+    _run("longmemeval_tiny.json", tmp_path, "real")
+    runs = []
+    for name, gold, roles, extra in (("chat", "s0", True, chat_cfg),
+                                     ("people", "s1", False, people_cfg)):
+        run = tmp_path / f"{name}.hand.jsonl"
+        run.write_text("".join(json.dumps(r) + "\n" for r in hand_rows(gold, roles, name)))
+        meta = json.loads(sidecar_path(tmp_path / "real.jsonl").read_text())
+        meta["config"].update(people_overrides={}, **extra)
+        for k in drop:
+            if k not in extra:
+                meta["config"].pop(k, None)
+        _select_rows(meta, run)
+        sidecar_path(run).write_text(json.dumps(meta))
+        runs.append(str(run))
+    grid = tmp_path / "g.yaml"
+    grid.write_text(yaml.safe_dump({"fusion": ["rrf"], "rrf_k": [60],
+                                    "weights": {"dense": [1], "bm25_user": [0, 1]}}))
+    out = tmp_path / "tuned.yaml"
+    assert cli.main(["tune", *runs, "--grid", str(grid), "--output", str(out),
+                     "--objective", "recall_any@1", "--folds", "2",
+                     "--protocol", "answerable"]) == 0
+    return (yaml.safe_load(out.read_text()),
+            json.loads(Path(str(out) + ".tuning.json").read_text()))
+
+
+def test_tune_over_two_parts_leaves_out_turn_fields_both_runs_predate(tmp_path: Path) -> None:
+    """Runs recorded before bm25_turn_top_m / dense_turn_top_m existed (section 14's) were
+    made at the legacy value 1 on both structures: no people_overrides entry for them, so
+    re-tuning them writes the config they wrote then."""
+    turn = ("bm25_turn_top_m", "dense_turn_top_m")
+    cfg, rep = _two_parts(tmp_path, {}, {}, drop=turn)
+    assert cfg["people_overrides"] == {"weight_bm25_user": 1.0}
+    assert not any(k in cfg for k in turn) and not any(k in rep["fields"] for k in turn)
+
+
+def test_tune_over_two_parts_carries_the_people_runs_own_turn_top_m(tmp_path: Path) -> None:
+    """A people run made with dense_turn_top_m 3 beside a chat run that predates the field
+    (so was made at 1): the override says 3."""
+    cfg, rep = _two_parts(tmp_path, {}, {"dense_turn_top_m": 3},
+                          drop=("bm25_turn_top_m", "dense_turn_top_m"))
+    assert cfg["people_overrides"] == {"weight_bm25_user": 1.0, "dense_turn_top_m": 3}
+    assert rep["fields"]["dense_turn_top_m"] == {"chat": 1, "people": 3, "from": "the runs"}
+    s = RetrievalSettings.of(cfg)
+    assert (s.dense_turn_top_m, s.for_chat_roles(False).dense_turn_top_m) == (1, 3)
+
+
+def test_tune_over_two_parts_reports_each_fold(tmp_path: Path) -> None:
+    """Per part and fold: the question count, the pick's mean on the other folds and on the
+    fold itself; the questions' weighted mean of the latter is the CV estimate."""
+    _, rep = _two_parts(tmp_path, {}, {})
+    for c in rep["structures"].values():
+        part = c["parts"][0]
+        rows = part["cv_per_fold"]
+        assert [r["fold"] for r in rows] == [0, 1]
+        assert sum(r["n"] for r in rows) == part["n_questions"] == 2
+        pooled = sum(r["n"] * r["held_out_score"] for r in rows if r["n"]) / 2
+        assert pooled == pytest.approx(part["cv_estimate"])
+        # each of the two questions alone picks the weight that ranks its gold first
+        assert all(r["train_score"] == 1.0 and r["held_out_score"] == 1.0 for r in rows)
