@@ -163,12 +163,18 @@ def prior_scores(fused: np.ndarray, mask: np.ndarray | None = None) -> np.ndarra
     """``fused - min(0, min(fused))`` along the last axis (per question of a batch; the
     minimum over the entries ``mask`` keeps, default all): never negative where kept;
     unchanged when already >= 0."""
-    out = np.array(fused, dtype=np.float64)
+    return _shift_to_nonnegative(np.array(fused, dtype=np.float64), mask)
+
+
+def _shift_to_nonnegative(out: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """:func:`prior_scores` in place on ``out`` (returned)."""
     if out.size == 0:
         return out
     low = (out if mask is None else np.where(mask, out, np.inf)).min(axis=-1)
     if out.ndim == 1:
-        return out - low if low < 0 else out
+        if low < 0:
+            out -= low
+        return out
     neg = low < 0
     if neg.any():
         out[neg] -= low[neg][:, None]
@@ -245,6 +251,7 @@ class SignalBatch:
         self.mask = np.zeros((nq, self.nmax), dtype=bool)
         for qi, n in enumerate(self.lengths):
             self.mask[qi, :n] = True
+        self.padding = ~self.mask
         self.in_window = in_window
         self.names = _canonical(sorted({n for s in self.signals for n in s}))
         self.present = {n: np.array([n in s for s in self.signals], dtype=np.float64)
@@ -345,9 +352,10 @@ class SignalBatch:
     def final(self, setting: FusionSetting) -> np.ndarray:
         """Scores after the temporal step (what a run without a rerank ranks by), ``Q x N``;
         ``-inf`` beyond a question's corpus."""
-        out = temporal_scores(self.fused(setting), multipliers(self.in_window, setting),
-                              self.mask)
-        out[~self.mask] = -np.inf
+        out = _shift_to_nonnegative(self.fused(setting), self.mask)  # a fresh array
+        if setting.temporal:  # else every multiplier is 1: x * 1.0 == x
+            out *= multipliers(self.in_window, setting)
+        out[self.padding] = -np.inf
         return out
 
     def orders(self, setting: FusionSetting) -> np.ndarray:
