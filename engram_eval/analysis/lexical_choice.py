@@ -36,8 +36,8 @@ def choose_variant(estimates: dict[str, dict[str, Any]]) -> str:
 
 def lexical_choice(reports: Path, variants: Sequence[Sequence[str]]) -> dict[str, Any]:
     """The report: per structure of :data:`STRUCTURES` (``variants`` in that order), every
-    variant's cross-validated estimate, in-sample score and tuning report, and the chosen
-    variant."""
+    variant's cross-validated estimate and its unit (``question`` or ``id-prefix``: by
+    conversation), in-sample score and tuning report, and the chosen variant."""
     if len(variants) != len(STRUCTURES):
         raise ValueError(f"give {len(STRUCTURES)} lists of variants, one per structure")
     report: dict[str, Any] = {"rule": RULE, "structures": {}}
@@ -46,7 +46,10 @@ def lexical_choice(reports: Path, variants: Sequence[Sequence[str]]) -> dict[str
         for v in names:
             name = f"tune_{prefix}_{v}.yaml.tuning.json"
             t = json.loads((reports / name).read_text())
-            est[v] = {"cv_estimate": t["cross_validation"]["estimate"],
+            cv = t["cross_validation"]
+            # a report without a unit predates it: tune of one run then dealt folds by
+            # question whatever --cluster said (PROVENANCE.md section 14)
+            est[v] = {"cv_estimate": cv["estimate"], "cv_unit": cv.get("unit", "question"),
                       "in_sample": t["in_sample_score"], "report": name}
         report["structures"][kind] = {"variants": est, "chosen": choose_variant(est)}
     return report

@@ -6,30 +6,41 @@ per-session signal scores stored in its traces (the trace contract of
 :mod:`engram_eval.retrieval.hybrid`): nothing is encoded again, so it takes seconds.
 
 1. **Proof first.** Re-fusing each row with the run's *own* settings (its question trace's
-   ``signals``, ``fusion``, ``temporal``, ``temporal_boost``) through the very functions the
-   retriever uses (:mod:`engram_eval.retrieval.fusion`) must reproduce every stored ranking
-   and every stored score exactly; otherwise tune refuses (the offline re-fusion would not
-   be what the retriever does). Runs with a cross-encoder rerank, or without the traces, are
-   refused for the same reason.
-2. **Search.** Every combination in the grid (see :func:`load_grid`): fusion method, its
-   normalisation (convex) or ``rrf_k`` (rrf), one weight per signal, and the temporal step
-   (off, or on with each ``temporal_boost``). Candidates are enumerated in grid order; ties
-   of the objective go to the earliest candidate.
+   ``signals``, ``fusion``, ``temporal``, ``temporal_boost``) through the pipeline's own
+   stages (:func:`engram_eval.retrieval.pipeline.rescore`) must reproduce every stored
+   ranking and every stored score exactly; otherwise tune refuses (the offline re-fusion
+   would not be what the retriever does). Runs with a cross-encoder rerank, or without the
+   traces, are refused for the same reason.
+2. **Search** (:func:`search`, the one grid search: single-run ``tune`` is the search over
+   parts of :mod:`engram_eval.analysis.tune_parts` given one part). Every combination in the
+   grid (see :func:`load_grid`): fusion method, its normalisation (convex) or ``rrf_k``
+   (rrf), one weight per signal, and the temporal step (off, or on with each
+   ``temporal_boost``). Candidates are enumerated in grid order; ties of the objective go to
+   the earliest candidate. Each candidate ranks all of a part's questions at once with the
+   batched scorer the pipeline's fusion and temporal stages use
+   (:class:`engram_eval.retrieval.fusion.SignalBatch`); :func:`check_mirror` then re-derives
+   every question's order under the run's own and the chosen settings through the pipeline,
+   one question at a time.
 3. **Objective.** The mean over the protocol's scored questions of the mean of the objective
    metrics (default ``recall_any@1, recall_all@5, ndcg_any@5`` under ``answerable``),
    computed with the package's own metric functions (:mod:`engram_eval.scoring.metrics`) against
    the gold stored in the rows. ``official`` is refused (it counts repeated haystack entries,
    which rows do not carry).
 4. **Estimate.** Beside the in-sample score of the chosen candidate, a ``folds``-fold
-   cross-validated estimate: questions are split into folds by a seeded permutation; for each
-   fold the best candidate on the other folds is scored on it; the estimate is the mean over
-   all questions of these held-out scores.
+   cross-validated estimate: units are split into folds by a seeded permutation dealt
+   round-robin; for each fold the best candidate on the other folds is scored on it; the
+   estimate is the mean over all questions of these held-out scores. The unit
+   (``cluster``, :func:`units_of`) is by default the question id's prefix before ``:`` (a
+   LoCoMo conversation, so no conversation is split between choosing and scoring; an id
+   without ``:`` is its own unit, so LongMemEval folds are by question), or with ``None``
+   the question. Reports made before this unit was honoured for one run (``cross_validation``
+   without ``unit``) used folds by question (PROVENANCE.md section 14).
 5. **Output.** ``CONFIG.yaml``: the run's retrieval settings with the chosen ones applied
    (loadable with ``engram-eval run --config``), with a provenance header; and
    ``CONFIG.yaml.tuning.json``: run path and fingerprint, dataset sha256, rows sha256,
    protocol, objective, grid, number of candidates and questions, the chosen settings,
    in-sample score (per metric too), the run's own settings' score, and the k-fold estimate
-   with each fold's choice. Neither file may exist beforehand.
+   with its unit and each fold's choice. Neither file may exist beforehand.
 """
 
 from __future__ import annotations
@@ -60,36 +71,6 @@ GRID_KEYS = ("fusion", "normalisation", "rrf_k", "weights", "temporal", "tempora
 
 
 # --------------------------------------------------------------------------- candidates
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One fusion + temporal setting."""
-
-    fusion: str
-    normalisation: str
-    rrf_k: float
-    weights: tuple[tuple[str, float], ...]
-    temporal: bool
-    temporal_boost: float
-
-    def weight_map(self) -> dict[str, float]:
-        return dict(self.weights)
-
-    def settings(self, base: RetrievalSettings) -> RetrievalSettings:
-        """``base`` with this candidate applied, validated by the settings dataclass (the
-        one place where bounds live)."""
-        changes: dict[str, Any] = {"fusion": self.fusion, "normalisation": self.normalisation,
-                                   "rrf_k": self.rrf_k, "temporal": self.temporal,
-                                   "temporal_boost": self.temporal_boost}
-        for name, w in self.weights:
-            changes[WEIGHT_FIELD[name]] = w
-        return dataclasses.replace(base, **changes)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"fusion": self.fusion, "normalisation": self.normalisation,
-                "rrf_k": self.rrf_k, "weights": self.weight_map(), "temporal": self.temporal,
-                "temporal_boost": self.temporal_boost}
 
 
 def _as_list(v: Any, key: str, kind: type, source: str) -> list[Any]:
@@ -178,7 +159,7 @@ def _validate_grid(grid: Mapping[str, Any], path: str | Path) -> None:
 MAX_CANDIDATES = 200_000
 
 
-def candidate_count(grid: Mapping[str, Any], base: Candidate, signals: Sequence[str]) -> int:
+def candidate_count(grid: Mapping[str, Any], base: F.FusionSetting, signals: Sequence[str]) -> int:
     """How many combinations :func:`candidates` would enumerate (all-zero weight
     combinations included), computed from the list lengths alone."""
     names = [n for n in F.SIGNAL_ORDER if n in signals]
@@ -192,8 +173,8 @@ def candidate_count(grid: Mapping[str, Any], base: Candidate, signals: Sequence[
     return n_methods * n_weights * n_temporal
 
 
-def candidates(grid: Mapping[str, Any], base: Candidate, signals: Sequence[str]
-               ) -> list[Candidate]:
+def candidates(grid: Mapping[str, Any], base: F.FusionSetting, signals: Sequence[str]
+               ) -> list[F.FusionSetting]:
     """Every grid combination in grid order; unlisted keys keep the run's own value.
     Combinations whose weights are all 0 are skipped. A grid of more than
     :data:`MAX_CANDIDATES` combinations is one :class:`ConfigError`, raised before any is
@@ -224,7 +205,7 @@ def candidates(grid: Mapping[str, Any], base: Candidate, signals: Sequence[str]
                                                      temporals):
         if not any(x > 0 for x in ws):
             continue
-        out.append(Candidate(m, nm, k, tuple(zip(names, ws, strict=True)), t, b))
+        out.append(F.FusionSetting(m, nm, k, tuple(zip(names, ws, strict=True)), t, b))
     return out
 
 
@@ -241,7 +222,7 @@ class TunedQuestion:
 
 
 def _row_question(row: Mapping[str, Any], path: str, line: int
-                  ) -> tuple[TunedQuestion, Candidate, list[float], list[float]]:
+                  ) -> tuple[TunedQuestion, F.FusionSetting, list[float], list[float]]:
     """The question's signals and the run's own candidate, from one row."""
     qid = row["question_id"]
     where = f"{path}: row {line} ({qid})"
@@ -276,14 +257,14 @@ def _row_question(row: Mapping[str, Any], path: str, line: int
     in_window = np.array([t.get("in_window") is True for t in by_ci], dtype=bool)
     mult = [float(t["temporal"]) for t in by_ci]
     fz = qt["fusion"]
-    own = Candidate(str(fz["method"]), str(fz["normalisation"]), float(fz["k"]),
+    own = F.FusionSetting(str(fz["method"]), str(fz["normalisation"]), float(fz["k"]),
                     tuple((n_, float(w)) for n_, w in fz["weights"].items()),
                     bool(qt["temporal"]), float(qt["temporal_boost"]))
     q = TunedQuestion(qid, [str(s) for s in ids], signals, in_window, [])
     return q, own, mult, [float(x) for x in row["scores"]]
 
 
-def refuse_unless_reproduced(q: TunedQuestion, own: Candidate, mult: Sequence[float],
+def refuse_unless_reproduced(q: TunedQuestion, own: F.FusionSetting, mult: Sequence[float],
                              ranked: Sequence[str], scores: Sequence[float], where: str,
                              settings: RetrievalSettings | None = None) -> None:
     """Re-score with the run's own settings through the retrieval pipeline's own stages
@@ -303,17 +284,17 @@ def refuse_unless_reproduced(q: TunedQuestion, own: Candidate, mult: Sequence[fl
                               "tune on it")
 
 
-def pipeline_order(q: TunedQuestion, c: Candidate, settings: RetrievalSettings | None = None
+def pipeline_order(q: TunedQuestion, c: F.FusionSetting, settings: RetrievalSettings | None = None
                    ) -> tuple[list[int], np.ndarray]:
     """The pipeline's order and final scores of ``q`` under candidate ``c``."""
-    from engram_eval.retrieval.pipeline import rescore
+    from engram_eval.retrieval.pipeline import rescore, with_fusion_setting
 
     # The traced signals are the ones switched on (a retriever variant such as ``bm25``
     # switches signals off that the run config leaves on; a signal switched on but not
     # computable on the corpus, like bm25_assistant without chat roles, fuses as absent).
     switches: dict[str, Any] = {USE_FIELD[n]: n in q.signals for n in USE_FIELD}
     base = dataclasses.replace(settings or RetrievalSettings(), **switches)
-    return rescore(q.signals, [bool(x) for x in q.in_window], c.settings(base))
+    return rescore(q.signals, [bool(x) for x in q.in_window], with_fusion_setting(base, c))
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -332,8 +313,9 @@ def _metric_fn(name: str) -> tuple[Any, int | None]:
 
 
 class Evaluator:
-    """Vectorised re-fusion of all questions for many candidates (bit-identical to
-    :func:`engram_eval.retrieval.fusion.fuse` + ``temporal_scores`` + ``order``)."""
+    """The objective of every question of one part under any candidate, ranked by the batched
+    scorer (:class:`engram_eval.retrieval.fusion.SignalBatch`, the code of the pipeline's
+    fusion and temporal stages) over all the part's questions at once."""
 
     def __init__(self, questions: Sequence[TunedQuestion], objective: Sequence[str]) -> None:
         self.qs = list(questions)
@@ -341,86 +323,16 @@ class Evaluator:
         self.fns = [_metric_fn(m) for m in self.objective]
         ks = [k for _, k in self.fns]
         self.depth = None if any(k is None for k in ks) else max(k for k in ks if k)
-        nq = len(self.qs)
-        self.nmax = max((len(q.session_ids) for q in self.qs), default=0)
-        self.mask = np.zeros((nq, self.nmax), dtype=bool)
-        for qi, q in enumerate(self.qs):
-            self.mask[qi, : len(q.session_ids)] = True
-        self.in_window = np.zeros((nq, self.nmax), dtype=bool)
-        for qi, q in enumerate(self.qs):
-            self.in_window[qi, : len(q.in_window)] = q.in_window
-        names = sorted({n for q in self.qs for n in q.signals}, key=F.SIGNAL_ORDER.index)
-        self.names = names
-        self.present = {n: np.array([n in q.signals for q in self.qs], dtype=np.float64)
-                        for n in names}
-        self._norm: dict[tuple[str, str], np.ndarray] = {}  # also rrf denominators
-        self._ranks: dict[str, np.ndarray] = {}
-        for n in names:
-            ranks = np.zeros((nq, self.nmax), dtype=np.float64)
-            for qi, q in enumerate(self.qs):
-                if n in q.signals:
-                    s = q.signals[n]
-                    for i, r in enumerate(F.signal_ranks(s.scores, s.informative)):
-                        if r is not None:
-                            ranks[qi, i] = r
-            self._ranks[n] = ranks
+        self.batch = F.SignalBatch.of([q.signals for q in self.qs],
+                                      [q.in_window for q in self.qs],
+                                      [len(q.session_ids) for q in self.qs])
+        self.nmax = self.batch.nmax
         self._memo: list[dict[bytes, float]] = [{} for _ in self.qs]
 
-    def _normalised(self, name: str, method: str) -> np.ndarray:
-        key = (name, method)
-        if key not in self._norm:
-            out = np.zeros((len(self.qs), self.nmax), dtype=np.float64)
-            for qi, q in enumerate(self.qs):
-                if name in q.signals:
-                    v = F.normalise(q.signals[name], method)
-                    if v is not None:
-                        out[qi, : len(v)] = v
-            self._norm[key] = out
-        return self._norm[key]
+    def orders(self, c: F.FusionSetting) -> np.ndarray:
+        return self.batch.orders(c)
 
-    def _rrf_denominators(self, name: str, k: float) -> np.ndarray:
-        """``k + rank`` where the session is informative, +inf elsewhere (``w / inf = 0``)."""
-        key = (name, f"rrf:{k!r}")
-        if key not in self._norm:
-            r = self._ranks[name]
-            self._norm[key] = np.where(r > 0, k + r, np.inf)
-        return self._norm[key]
-
-    def final_scores(self, c: Candidate) -> np.ndarray:
-        nq = len(self.qs)
-        fused = np.zeros((nq, self.nmax), dtype=np.float64)
-        w = c.weight_map()
-        if c.fusion == "rrf":
-            for n in self.names:
-                wn = float(w.get(n, 0.0))
-                if wn > 0:
-                    fused += wn / self._rrf_denominators(n, c.rrf_k)
-        else:
-            total = np.zeros(nq, dtype=np.float64)
-            for n in self.names:
-                wn = float(w.get(n, 0.0))
-                if wn <= 0:
-                    continue
-                total += wn * self.present[n]
-                fused += wn * self._normalised(n, c.normalisation)
-            pos = total > 0
-            if pos.any():
-                fused[pos] /= total[pos][:, None]
-        if self.nmax:
-            low = np.where(self.mask, fused, np.inf).min(axis=1)
-            neg = low < 0
-            if neg.any():
-                fused[neg] -= low[neg][:, None]
-        if c.temporal:
-            fused = fused * np.where(self.in_window, c.temporal_boost, 1.0)
-        fused[~self.mask] = -np.inf
-        return fused
-
-    def orders(self, c: Candidate) -> np.ndarray:
-        final = self.final_scores(c)
-        return np.argsort(-final, axis=1, kind="stable")
-
-    def per_question(self, c: Candidate) -> np.ndarray:
+    def per_question(self, c: F.FusionSetting) -> np.ndarray:
         """Objective value of every question (mean of the objective metrics)."""
         order = self.orders(c)
         depth = self.nmax if self.depth is None else min(self.depth, self.nmax)
@@ -439,7 +351,7 @@ class Evaluator:
             out[qi] = v
         return out
 
-    def metric_means(self, c: Candidate) -> dict[str, float]:
+    def metric_means(self, c: F.FusionSetting) -> dict[str, float]:
         order = self.orders(c)
         sums = {m: 0.0 for m in self.objective}
         for qi, q in enumerate(self.qs):
@@ -450,12 +362,136 @@ class Evaluator:
         return {m: s / n for m, s in sums.items()}
 
 
+# --------------------------------------------------------------------------- the search
+
+
 def folds_of(n: int, folds: int, seed: int) -> np.ndarray:
-    """Fold index of each of ``n`` questions: a seeded permutation dealt round-robin."""
+    """Fold index of each of ``n`` units: a seeded permutation dealt round-robin."""
     perm = np.random.default_rng(seed).permutation(n)
     out = np.zeros(n, dtype=np.int64)
     out[perm] = np.arange(n) % folds
     return out
+
+
+#: Cross-validation units: ``id-prefix`` = the question id before ``:`` (a LoCoMo
+#: conversation); None = the question.
+CLUSTERS = ("id-prefix", None)
+
+
+def units_of(ids: Sequence[str], cluster: str | None) -> list[str]:
+    """The cross-validation unit of each question id."""
+    if cluster not in CLUSTERS:
+        raise ConfigError(f"tune: unknown cross-validation unit {cluster!r}; use 'id-prefix' "
+                          "or none")
+    return [i.split(":", 1)[0] if cluster == "id-prefix" else i for i in ids]
+
+
+def fold_of_units(units: Sequence[str], folds: int, seed: int) -> np.ndarray:
+    """Fold of each question: its unit's fold, units dealt round-robin after a seeded
+    permutation (first-seen order). With one question per unit this is :func:`folds_of`
+    of the questions."""
+    distinct = list(dict.fromkeys(units))
+    unit_fold = folds_of(len(distinct), folds, seed)
+    index = {u: k for k, u in enumerate(distinct)}
+    return np.array([unit_fold[index[u]] for u in units], dtype=np.int64)
+
+
+COMBINE = ("worst-ratio", "mean")
+
+
+def combine(scores: np.ndarray, rule: str) -> np.ndarray:
+    """``scores``: parts x candidates -> one value per candidate. ``mean``: the unweighted mean
+    over parts (one part: its own scores); ``worst-ratio``: the smallest, over parts, of a
+    part's score divided by the best score any candidate reaches on that part."""
+    if rule == "mean":
+        return scores.mean(axis=0)
+    best = scores.max(axis=1, keepdims=True)
+    ratio = np.divide(scores, best, out=np.ones_like(scores), where=best > 0)
+    return ratio.min(axis=0)
+
+
+def check_mirror(parts: Sequence[TunedPart], evaluators: Sequence[Evaluator],
+                 settings: Sequence[F.FusionSetting]) -> None:
+    """The grid search ranks all of a part's questions as one batch; what ``tune`` reports
+    must be the pipeline's own result, question by question: every question's order under
+    the part's own settings and each of ``settings`` (the chosen) is re-derived through
+    :func:`engram_eval.retrieval.pipeline.rescore` and compared (RuntimeError if not equal)."""
+    for p, ev in zip(parts, evaluators, strict=True):
+        for c in dict.fromkeys((p.own, *settings)):
+            orders = ev.orders(c)
+            for qi, q in enumerate(p.questions):
+                ref, _ = pipeline_order(q, c, p.run_settings)
+                if [int(i) for i in orders[qi, : len(q.session_ids)]] != ref:
+                    raise RuntimeError(f"tune: the batched re-fusion differs from the pipeline "
+                                       f"on {q.question_id} under {c.to_json()}")
+
+
+@dataclass
+class Search:
+    """What :func:`search` found over a group of parts (one chat structure)."""
+
+    candidates: list[F.FusionSetting]
+    signals: list[str]
+    evaluators: list[Evaluator]
+    #: per part: candidates x questions objective values
+    tables: list[np.ndarray]
+    #: parts x candidates: each part's mean objective
+    per_part: np.ndarray
+    combined: np.ndarray
+    best: int
+    #: per part: each question's fold
+    folds: list[np.ndarray]
+    #: per fold: the candidate chosen on the other folds (index into ``candidates``)
+    picks: list[int]
+    #: per part: each question's out-of-fold objective
+    held: list[np.ndarray]
+
+    @property
+    def chosen(self) -> F.FusionSetting:
+        return self.candidates[self.best]
+
+
+def search(parts: Sequence[TunedPart], grid: Mapping[str, Any], objective: Sequence[str],
+           rule: str, folds: int, seed: int, cluster: str | None) -> Search:
+    """The one grid search of ``tune``, for one part or several (of one chat structure):
+
+    1. candidates: :func:`candidates` around the first part's own settings and the signals
+       any part traced;
+    2. per part, every candidate's objective on every question (:class:`Evaluator`), the
+       part's score its mean; the parts' scores combined by ``rule`` (:func:`combine`); the
+       best combined score wins, ties to the earliest candidate;
+    3. :func:`check_mirror` for the runs' own settings and the chosen ones;
+    4. ``folds``-fold cross-validation within every part at once (fold ``f`` of each part held
+       out together, the choice made on the other folds of every part by the same rule),
+       folds dealt by unit (:func:`units_of`: the question, or with ``id-prefix`` the id
+       before ``:``)."""
+    if rule not in COMBINE:
+        raise ConfigError(f"tune: --combine must be one of {COMBINE}")
+    own = parts[0].own
+    signals = [n for n in F.SIGNAL_ORDER if any(n in p.signals for p in parts)]
+    cands = candidates(grid, own, signals)
+    if not cands:
+        raise ConfigError("tune: the grid yields no candidate (all weights 0?)")
+    evaluators = [Evaluator(p.questions, objective) for p in parts]
+    tables = [np.stack([ev.per_question(c) for c in cands]) for ev in evaluators]  # C x Q
+    per_part = np.stack([tab.mean(axis=1) for tab in tables])  # parts x C
+    combined = combine(per_part, rule)
+    best = int(np.argmax(combined))  # first of equals: grid order
+    check_mirror(parts, evaluators, [cands[best]])
+    fold = [fold_of_units(units_of([q.question_id for q in p.questions], cluster), folds,
+                          seed) for p in parts]
+    held = [np.zeros(len(p.questions), dtype=np.float64) for p in parts]
+    picks = []
+    for f in range(folds):
+        train = np.stack([tab[:, fold[k] != f].mean(axis=1) if (fold[k] != f).any()
+                          else tab.mean(axis=1) for k, tab in enumerate(tables)])
+        pick = int(np.argmax(combine(train, rule)))
+        for k, tab in enumerate(tables):
+            test = fold[k] == f
+            held[k][test] = tab[pick, test]
+        picks.append(pick)
+    return Search(cands, signals, evaluators, tables, per_part, combined, best, fold, picks,
+                  held)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -476,7 +512,7 @@ class TunedPart:
     path: str
     protocol: str
     questions: list[TunedQuestion]
-    own: Candidate
+    own: F.FusionSetting
     signals: list[str]
     meta: dict[str, Any]
     rows_sha256: str
@@ -503,7 +539,7 @@ def load_part(run_path: str | Path, protocol: str) -> TunedPart:
                               "cannot reproduce it (tune a run made with --no-rerank)")
 
     questions: list[TunedQuestion] = []
-    own: Candidate | None = None
+    own: F.FusionSetting | None = None
     signals_seen: list[str] = []
     for line, row in enumerate(finished.rows, start=1):
         q, cand, mult, scores = _row_question(row, str(run_path), line)
@@ -551,66 +587,61 @@ def output_paths(output: str | Path, folds: int) -> tuple[Path, Path]:
     return out, report_path
 
 
-def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
-         objective: Sequence[str] = DEFAULT_OBJECTIVE, protocol: str = DEFAULT_PROTOCOL,
-         folds: int = 5, seed: int = 0) -> TuneResult:
-    """See the module docstring."""
-    t0 = time.perf_counter()
-    out, report_path = output_paths(output, folds)
-    if protocol == "official":
+def check_request(objective: Sequence[str], protocols: Sequence[str]) -> list[str]:
+    """The objective's metrics (stripped), after refusing an empty or unknown one and the
+    ``official`` protocol (it counts repeated haystack entries, which rows do not carry)."""
+    if "official" in protocols:
         raise ConfigError("tune: protocol 'official' counts repeated haystack entries, which "
                           "rows do not carry; use answerable, all or official_nonempty_gold")
-    objective = [m.strip() for m in objective if m.strip()]
-    if not objective:
+    metrics = [m.strip() for m in objective if m.strip()]
+    if not metrics:
         raise ConfigError("tune: empty objective")
-    for m in objective:
+    for m in metrics:
         _metric_fn(m)
-    grid = load_grid(grid_path)
-    part = load_part(run_path, protocol)
-    questions, own, signals, meta = part.questions, part.own, part.signals, part.meta
-    run_cfg, run_settings = part.run_cfg, part.run_settings
+    return metrics
+
+
+def check_grid_signals(grid: Mapping[str, Any], parts: Sequence[TunedPart],
+                       grid_path: str | Path) -> None:
+    """ConfigError when the grid gives a signal a weight above 0 that no run computed."""
+    computed = {n for p in parts for n in p.signals}
     for n, vals in grid.get("weights", {}).items():
-        if n not in signals and any(v > 0 for v in vals):
+        if n not in computed and any(v > 0 for v in vals):
             raise ConfigError(f"{grid_path}: grid weights.{n} > 0 but the run did not compute "
                               f"signal {n!r} (switch on {USE_FIELD[n]} in the tuning run)")
 
-    cands = candidates(grid, own, signals)
-    if not cands:
-        raise ConfigError(f"{grid_path}: the grid yields no candidate (all weights 0?)")
-    ev = Evaluator(questions, objective)
-    table = np.stack([ev.per_question(c) for c in cands])  # candidates x questions
-    means = table.mean(axis=1)
-    best = int(np.argmax(means))  # first of equals: grid order
-    fold = folds_of(len(questions), folds, seed)
-    held = np.zeros(len(questions), dtype=np.float64)
+
+def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
+         objective: Sequence[str] = DEFAULT_OBJECTIVE, protocol: str = DEFAULT_PROTOCOL,
+         folds: int = 5, seed: int = 0, cluster: str | None = "id-prefix") -> TuneResult:
+    """See the module docstring: :func:`search` over this one part (its score is the part's
+    mean objective), folds dealt by ``cluster`` (:func:`units_of`)."""
+    t0 = time.perf_counter()
+    out, report_path = output_paths(output, folds)
+    objective = check_request(objective, [protocol])
+    units_of([], cluster)  # an unknown unit is refused before the run is read
+    grid = load_grid(grid_path)
+    part = load_part(run_path, protocol)
+    check_grid_signals(grid, [part], grid_path)
+    found = search([part], grid, objective, "mean", folds, seed, cluster)
+    cands, best, chosen = found.candidates, found.best, found.chosen
+    table, ev, fold = found.tables[0], found.evaluators[0], found.folds[0]
+    means = found.per_part[0]
     fold_report = []
-    for f in range(folds):
+    for f, pick in enumerate(found.picks):
         train, test = fold != f, fold == f
         if not test.any():
             continue
-        pick = int(np.argmax(table[:, train].mean(axis=1))) if train.any() else best
-        held[test] = table[pick, test]
         fold_report.append({"fold": f, "n_train": int(train.sum()), "n_test": int(test.sum()),
                             "chosen": cands[pick].to_json(),
                             "train_score": float(table[pick, train].mean()),
                             "test_score": float(table[pick, test].mean())})
-    chosen = cands[best]
-    # The grid search runs on a vectorised mirror of the pipeline's fusion and temporal
-    # stages (thousands of candidates); what it reports must be the pipeline's own result:
-    # every question's order under the run's settings and the chosen ones is re-derived
-    # through the pipeline and compared.
-    for c in dict.fromkeys((own, chosen)):
-        orders = ev.orders(c)
-        for qi, q in enumerate(questions):
-            ref, _ = pipeline_order(q, c, run_settings)
-            if [int(i) for i in orders[qi, : len(q.session_ids)]] != ref:
-                raise RuntimeError(f"tune: the vectorised re-fusion differs from the pipeline "
-                                   f"on {q.question_id} under {c.to_json()}")
+    own, meta = part.own, part.meta
     own_idx = cands.index(own) if own in cands else None
     own_score = (float(means[own_idx]) if own_idx is not None
                  else float(ev.per_question(own).mean()))
 
-    config = output_config(run_cfg, chosen, signals)
+    config = output_config(part.run_cfg, chosen, found.signals)
     RetrievalSettings.of(config)  # the written config must validate
     report = {
         "kind": "engram-eval/tuning",
@@ -618,14 +649,15 @@ def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
                 "rows_sha256": part.rows_sha256, "n_rows": part.n_rows},
         "dataset": {"name": (meta.get("dataset") or {}).get("name"),
                     "sha256": (meta.get("dataset") or {}).get("sha256")},
-        "protocol": protocol, "n_questions": len(questions),
+        "protocol": protocol, "n_questions": len(part.questions),
         "objective": {"metrics": objective, "rule": "mean over questions of the mean of "
                       "these metrics (engram_eval.scoring.metrics)"},
-        "grid": grid, "n_candidates": len(cands), "signals": signals,
+        "grid": grid, "n_candidates": len(cands), "signals": found.signals,
         "run_settings": own.to_json(), "run_settings_score": own_score,
         "chosen": chosen.to_json(), "in_sample_score": float(means[best]),
         "in_sample_metrics": ev.metric_means(chosen),
-        "cross_validation": {"folds": folds, "seed": seed, "estimate": float(held.mean()),
+        "cross_validation": {"folds": folds, "seed": seed, "unit": cluster or "question",
+                             "estimate": float(found.held[0].mean()),
                              "rule": "for each fold choose on the other folds, score the "
                              "held fold; mean over all questions", "per_fold": fold_report},
         "config": config,
@@ -638,7 +670,7 @@ def tune(run_path: str | Path, grid_path: str | Path, output: str | Path, *,
     return TuneResult(out, report_path, report)
 
 
-def output_config(run_cfg: Mapping[str, Any], chosen: Candidate, signals: Sequence[str]
+def output_config(run_cfg: Mapping[str, Any], chosen: F.FusionSetting, signals: Sequence[str]
                   ) -> dict[str, Any]:
     """The run's retrieval settings with the chosen fusion/temporal settings applied.
 

@@ -6,12 +6,14 @@ tune conversations of a LoCoMo split). :func:`engram_eval.analysis.tune.load_par
 proves that the pipeline reproduces every stored ranking from the traced signals. Runs are
 grouped by their haystacks' chat structure (``chat``: user and assistant roles; ``people``:
 no assistant role, as decided by :func:`engram_eval.data.records.has_chat_roles` and traced
-per question); each group is tuned on its own parts:
+per question); each group is tuned on its own parts by
+:func:`engram_eval.analysis.tune.search`, the one grid search (single-run ``tune`` is this
+search given one part), which states each step:
 
 1. **Candidates**: the grid of :func:`engram_eval.analysis.tune.candidates` around the
    group's first run's own settings and the signals its runs traced.
 2. **Objective per part**: the mean over the part's questions (under its protocol) of the
-   mean of the objective metrics, as in single-run ``tune``.
+   mean of the objective metrics.
 3. **Combined** (stated in the report): ``worst-ratio`` (default) = the smallest, over the
    group's parts, of the part's score divided by the best score any candidate reaches on
    that part; ``mean`` = the unweighted mean of the parts' scores. Ties: grid order.
@@ -25,8 +27,8 @@ the ``people`` one when only people parts were given) and whose ``people_overrid
 ``people`` choice's fields that differ, so one config serves both structures (and the people
 runs' own analyser, speaker and turn top-m fields where the runs differ in them: runs made
 with each analyser are compared by their tune estimates, then the chosen runs are tuned
-together); a signal is switched on when either structure gives it weight. ``CONFIG.yaml.tuning.json`` says, per
-field, whether it is shared or per structure, and records every part (path, fingerprint,
+together); a signal is switched on when either structure gives it weight.
+``CONFIG.yaml.tuning.json`` says, per field, whether it is shared or per structure, and records every part (path, fingerprint,
 dataset hash, rows hash, protocol, counts), the grid, the objective and combination rule,
 each part's in-sample score of the choice and of its own settings, and the estimates.
 """
@@ -39,8 +41,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from engram_eval.analysis import tune as T
 from engram_eval.errors import ConfigError
 from engram_eval.retrieval import fusion as F
@@ -51,95 +51,44 @@ from engram_eval.retrieval.settings import (
     RetrievalSettings,
 )
 
-COMBINE = ("worst-ratio", "mean")
 STRUCTURE_FIELDS = ("fusion", "normalisation", "rrf_k", "temporal", "temporal_boost")
-
-
-def combine(scores: np.ndarray, rule: str) -> np.ndarray:
-    """``scores``: parts x candidates -> one value per candidate."""
-    if rule == "mean":
-        return scores.mean(axis=0)
-    best = scores.max(axis=1, keepdims=True)
-    ratio = np.divide(scores, best, out=np.ones_like(scores), where=best > 0)
-    return ratio.min(axis=0)
-
-
-def units_of(ids: Sequence[str], cluster: str | None) -> list[str]:
-    return [i.split(":", 1)[0] if cluster == "id-prefix" else i for i in ids]
-
-
-def fold_of_units(units: Sequence[str], folds: int, seed: int) -> np.ndarray:
-    """Fold of each question: its unit's fold, units dealt round-robin after a seeded
-    permutation (first-seen order)."""
-    distinct = list(dict.fromkeys(units))
-    unit_fold = T.folds_of(len(distinct), folds, seed)
-    index = {u: k for k, u in enumerate(distinct)}
-    return np.array([unit_fold[index[u]] for u in units], dtype=np.int64)
 
 
 def _choose(parts: list[T.TunedPart], grid: dict[str, Any], objective: Sequence[str],
             rule: str, folds: int, seed: int, cluster: str | None) -> dict[str, Any]:
-    own = parts[0].own
-    signals = [n for n in F.SIGNAL_ORDER if any(n in p.signals for p in parts)]
-    cands = T.candidates(grid, own, signals)
-    if not cands:
-        raise ConfigError("tune: the grid yields no candidate (all weights 0?)")
-    tables = []
-    for p in parts:
-        ev = T.Evaluator(p.questions, objective)
-        tables.append((ev, np.stack([ev.per_question(c) for c in cands])))  # C x Q
-    per_part = np.stack([tab.mean(axis=1) for _, tab in tables])  # parts x C
-    combined = combine(per_part, rule)
-    best = int(np.argmax(combined))
-    chosen = cands[best]
-    for p, (ev, _) in zip(parts, tables, strict=True):  # the pipeline's own result
-        for c in dict.fromkeys((p.own, chosen)):
-            orders = ev.orders(c)
-            for qi, q in enumerate(p.questions):
-                ref, _ = T.pipeline_order(q, c, p.run_settings)
-                if [int(i) for i in orders[qi, : len(q.session_ids)]] != ref:
-                    raise RuntimeError(f"tune: vectorised re-fusion differs from the pipeline "
-                                       f"on {q.question_id}")
-    fold = [fold_of_units(units_of([q.question_id for q in p.questions], cluster), folds,
-                          seed) for p in parts]
-    held = [np.zeros(len(p.questions)) for p in parts]
-    per_fold = []
-    part_folds: list[list[dict[str, Any]]] = [[] for _ in parts]
-    for f in range(folds):
-        train = np.stack([tab[:, fold[k] != f].mean(axis=1) if (fold[k] != f).any()
-                          else tab.mean(axis=1) for k, (_, tab) in enumerate(tables)])
-        pick = int(np.argmax(combine(train, rule)))
-        for k, (_, tab) in enumerate(tables):
-            test = fold[k] == f
-            held[k][test] = tab[pick, test]
-            # the pick's mean on the folds it was chosen on, and on the fold it scores
-            part_folds[k].append({"fold": f, "n": int(test.sum()),
-                                  "train_score": float(train[k, pick]),
-                                  "held_out_score": (float(tab[pick, test].mean())
-                                                     if test.any() else None)})
-        per_fold.append({"fold": f, "chosen": cands[pick].to_json()})
-    own_scores = []
-    for p, (ev, _) in zip(parts, tables, strict=True):
-        own_scores.append(float(ev.per_question(p.own).mean()))
+    """:func:`engram_eval.analysis.tune.search` over one structure's parts, as reported."""
+    found = T.search(parts, grid, objective, rule, folds, seed, cluster)
+    best, chosen = found.best, found.chosen
+    own_scores = [float(ev.per_question(p.own).mean())
+                  for p, ev in zip(parts, found.evaluators, strict=True)]
+    # per part and fold: the fold's pick scored on the folds it was chosen on, and on the fold
+    part_folds = [[{"fold": f, "n": int((fold_k == f).sum()),
+                    "train_score": float(tab[pick, fold_k != f].mean() if (fold_k != f).any()
+                                         else tab[pick].mean()),
+                    "held_out_score": (float(tab[pick, fold_k == f].mean())
+                                       if (fold_k == f).any() else None)}
+                   for f, pick in enumerate(found.picks)]
+                  for tab, fold_k in zip(found.tables, found.folds, strict=True)]
     return {
-        "chosen": chosen, "signals": signals, "n_candidates": len(cands),
-        "combined_score": float(combined[best]),
+        "chosen": chosen, "signals": found.signals, "n_candidates": len(found.candidates),
+        "combined_score": float(found.combined[best]),
         "parts": [{"path": p.path, "fingerprint": p.meta.get("fingerprint"),
                    "dataset": p.meta.get("dataset"), "rows_sha256": p.rows_sha256,
                    "protocol": p.protocol, "n_questions": len(p.questions),
-                   "in_sample_score": float(per_part[k, best]),
-                   "best_possible_score": float(per_part[k].max()),
+                   "in_sample_score": float(found.per_part[k, best]),
+                   "best_possible_score": float(found.per_part[k].max()),
                    "run_settings": p.own.to_json(), "run_settings_score": own_scores[k],
-                   "cv_estimate": float(held[k].mean()),
+                   "cv_estimate": float(found.held[k].mean()),
                    "cv_per_fold": part_folds[k],
-                   "in_sample_metrics": tables[k][0].metric_means(chosen)}
+                   "in_sample_metrics": found.evaluators[k].metric_means(chosen)}
                   for k, p in enumerate(parts)],
         "cross_validation": {"folds": folds, "seed": seed, "unit": cluster or "question",
-                             "per_fold": per_fold},
+                             "per_fold": [{"fold": f, "chosen": found.candidates[pick].to_json()}
+                                          for f, pick in enumerate(found.picks)]},
     }
 
 
-def _fields(c: T.Candidate) -> dict[str, Any]:
+def _fields(c: F.FusionSetting) -> dict[str, Any]:
     d = {k: getattr(c, k) for k in STRUCTURE_FIELDS}
     for name, w in c.weights:
         d[T.WEIGHT_FIELD[name]] = float(w)
@@ -156,19 +105,19 @@ def tune_parts(runs: Sequence[str | Path], grid_path: str | Path, output: str | 
     ``locomo``)."""
     t0 = time.perf_counter()
     out, report_path = T.output_paths(output, folds)
-    if rule not in COMBINE:
-        raise ConfigError(f"tune: --combine must be one of {COMBINE}")
+    if rule not in T.COMBINE:
+        raise ConfigError(f"tune: --combine must be one of {T.COMBINE}")
     if protocols is not None and len(protocols) not in (1, len(runs)):
         raise ConfigError("tune: give one --protocol, or one per run")
-    objective = [m.strip() for m in objective if m.strip()]
-    for m in objective:
-        T._metric_fn(m)
+    objective = T.check_request(objective, protocols or [])
+    T.units_of([], cluster)  # an unknown unit is refused before the runs are read
     grid = T.load_grid(grid_path)
     parts: list[T.TunedPart] = []
     for k, r in enumerate(runs):
         proto = (protocols[0] if protocols and len(protocols) == 1
                  else protocols[k] if protocols else _default_protocol(r))
         parts.append(T.load_part(r, proto))
+    T.check_grid_signals(grid, parts, grid_path)
     groups: dict[str, list[T.TunedPart]] = {}
     for part in parts:
         groups.setdefault("chat" if part.chat_roles else "people", []).append(part)

@@ -203,8 +203,9 @@ def add_tune(sub: Any) -> None:
                     help="several runs: how the parts' scores combine (default worst-ratio: "
                     "the smallest ratio of a part's score to its best)")
     tn.add_argument("--cluster", default="id-prefix", choices=["id-prefix", "none"],
-                    help="several runs: cross-validation unit (default id-prefix: the "
-                    "question id before ':', a LoCoMo conversation)")
+                    help="cross-validation unit, for one run or several (default "
+                    "id-prefix: the question id before ':', a LoCoMo conversation; an id "
+                    "without ':' is its own unit; none: the question)")
     tn.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
     tn.add_argument("--seed", type=seed_int, default=0, help="fold assignment seed (default 0)")
 
@@ -229,7 +230,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return 0
     protocol = args.protocol[0] if args.protocol else "answerable"
     res = tune(args.run[0], args.grid, args.output, objective=objective, protocol=protocol,
-               folds=args.folds, seed=args.seed)
+               folds=args.folds, seed=args.seed,
+               cluster=None if args.cluster == "none" else args.cluster)
     r = res.report
     cv = r["cross_validation"]
     print(f"{r['n_candidates']} candidates, {r['n_questions']} questions ({r['protocol']}); "

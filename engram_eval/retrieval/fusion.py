@@ -1,8 +1,13 @@
-"""Score fusion: pure functions over per-signal scores, testable without a retriever.
+"""Score fusion and the temporal step: one batched scorer over per-signal scores, testable
+without a retriever, importing no other module of the package (an import-linter contract).
 
-Used by the hybrid retriever, by ``engram-eval tune`` (which re-fuses stored traces and must
-reproduce the retriever's rankings exactly, so both call the very same functions) and by
-production search.
+**The batched scorer** (:class:`SignalBatch`, :class:`FusionSetting`): the signals of one or
+many questions as ``questions x sessions`` arrays, scored for a fusion + temporal setting. It
+is the only implementation of the formulas below: the pipeline's fusion and temporal stages
+(:func:`engram_eval.retrieval.pipeline.fusion_stage` and ``boost_stage``, hence every run and
+production search) score a batch of one question, and ``engram-eval tune`` scores all of a
+tuning part's questions at once for each of thousands of grid candidates. The per-question
+functions :func:`fuse`, :func:`rrf` and :func:`convex` are that scorer on a batch of one.
 
 A *signal* is one score per session of the question's corpus plus an *informative* mask
 (:class:`Signal`): a session that matches no query term gets no BM25 evidence, a session
@@ -44,9 +49,12 @@ Rules shared by both (see :func:`normalise`):
 
 **Temporal step on a non-negative scale** (:func:`prior_scores`, :func:`temporal_scores`):
 a multiplier applied to a negative score would push it down, inverting the boost. The
-temporal multiplier is therefore applied to ``prior_i = fused_i - min(0, min_j fused_j)``:
-RRF and min-max scores are never negative and are used unchanged; z-score fusions are
-shifted so that the lowest session scores 0. The final score is ``prior_i * multiplier_i``.
+temporal multiplier is therefore applied to ``prior_i = fused_i - min(0, min_j fused_j)``
+(the minimum over the question's own sessions): RRF and min-max scores are never negative
+and are used unchanged; z-score fusions are shifted so that the lowest session scores 0.
+The multiplier (:func:`multipliers`) is ``temporal_boost`` for a session dated inside the
+question's window when the temporal step is on, else 1. The final score is
+``prior_i * multiplier_i``.
 
 :func:`order` sorts by descending score, ties by corpus order.
 """
@@ -56,6 +64,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -132,60 +141,227 @@ def normalise(signal: Signal, method: str) -> np.ndarray | None:
 
 
 def rrf(signals: Mapping[str, Signal], weights: Mapping[str, float], k: float) -> np.ndarray:
-    """Weighted reciprocal-rank fusion (module docstring)."""
-    if k < 0:
-        raise ValueError(f"rrf k must be >= 0, got {k}")
-    n = _length(signals)
-    fused = np.zeros(n, dtype=np.float64)
-    for name in _canonical(list(signals)):
-        w = float(weights.get(name, 0.0))
-        sig = signals[name]
-        if w <= 0 or not sig.informative.any():
-            continue
-        for i, r in enumerate(signal_ranks(sig.scores, sig.informative)):
-            if r is not None:
-                fused[i] += w / (k + r)
-    return fused
+    """Weighted reciprocal-rank fusion of one question (module docstring)."""
+    return fuse(signals, method="rrf", weights=weights, k=k)
 
 
 def convex(signals: Mapping[str, Signal], weights: Mapping[str, float],
            normalisation: str) -> np.ndarray:
-    """Convex combination of per-question normalised scores (module docstring)."""
-    n = _length(signals)
-    fused = np.zeros(n, dtype=np.float64)
-    total = 0.0
-    for name in _canonical(list(signals)):
-        w = float(weights.get(name, 0.0))
-        if w <= 0:
-            continue
-        total += w
-        norm = normalise(signals[name], normalisation)
-        if norm is not None:
-            fused += w * norm
-    return fused / total if total > 0 else fused
+    """Convex combination of one question's normalised scores (module docstring)."""
+    return fuse(signals, method="convex", weights=weights, normalisation=normalisation)
 
 
 def fuse(signals: Mapping[str, Signal], *, method: str, weights: Mapping[str, float],
          k: float = 60.0, normalisation: str = "minmax") -> np.ndarray:
-    """Fused score per session by ``method`` (``rrf`` or ``convex``)."""
-    if method == "rrf":
-        return rrf(signals, weights, k)
-    if method == "convex":
-        return convex(signals, weights, normalisation)
-    raise ValueError(f"unknown fusion method {method!r}; use one of {METHODS}")
+    """Fused score per session of one question by ``method`` (``rrf`` or ``convex``): the
+    batched scorer (:class:`SignalBatch`) on a batch of this one question."""
+    setting = FusionSetting(method, normalisation, float(k), tuple(weights.items()), False, 1.0)
+    return SignalBatch.of([signals]).fused(setting)[0]
 
 
-def prior_scores(fused: np.ndarray) -> np.ndarray:
-    """``fused - min(0, min(fused))``: never negative; unchanged when already >= 0."""
-    if len(fused) == 0:
-        return fused.copy()
-    low = float(fused.min())
-    return fused - low if low < 0 else fused.copy()
+def prior_scores(fused: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """``fused - min(0, min(fused))`` along the last axis (per question of a batch; the
+    minimum over the entries ``mask`` keeps, default all): never negative where kept;
+    unchanged when already >= 0."""
+    return _shift_to_nonnegative(np.array(fused, dtype=np.float64), mask)
 
 
-def temporal_scores(fused: np.ndarray, multipliers: np.ndarray) -> np.ndarray:
-    """The temporal step: ``prior_scores(fused) * multipliers``."""
-    return prior_scores(fused) * np.asarray(multipliers, dtype=np.float64)
+def _shift_to_nonnegative(out: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """:func:`prior_scores` in place on ``out`` (returned)."""
+    if out.size == 0:
+        return out
+    low = (out if mask is None else np.where(mask, out, np.inf)).min(axis=-1)
+    if out.ndim == 1:
+        if low < 0:
+            out -= low
+        return out
+    neg = low < 0
+    if neg.any():
+        out[neg] -= low[neg][:, None]
+    return out
+
+
+def temporal_scores(fused: np.ndarray, multipliers: np.ndarray,
+                    mask: np.ndarray | None = None) -> np.ndarray:
+    """The temporal step: ``prior_scores(fused, mask) * multipliers``."""
+    return prior_scores(fused, mask) * np.asarray(multipliers, dtype=np.float64)
+
+
+def multipliers(in_window: np.ndarray, setting: FusionSetting) -> np.ndarray:
+    """The temporal multiplier of each session: ``temporal_boost`` inside the question's
+    window when the setting's temporal step is on, else 1.0 (``in_window``: bool array of
+    any shape; unknown counts as outside)."""
+    inside = np.asarray(in_window, dtype=bool)
+    if not setting.temporal:
+        return np.ones(inside.shape, dtype=np.float64)
+    return np.where(inside, float(setting.temporal_boost), 1.0)
+
+
+# --------------------------------------------------------------------------- batched scorer
+
+
+@dataclass(frozen=True)
+class FusionSetting:
+    """One fusion + temporal setting; the fields are the
+    :class:`~engram_eval.retrieval.settings.RetrievalSettings` fields of the same names
+    (``weights``: (signal, weight) pairs; names without a pair weigh 0)."""
+
+    fusion: str
+    normalisation: str
+    rrf_k: float
+    weights: tuple[tuple[str, float], ...]
+    temporal: bool
+    temporal_boost: float
+
+    def __post_init__(self) -> None:
+        if self.fusion not in METHODS:
+            raise ValueError(f"unknown fusion method {self.fusion!r}; use one of {METHODS}")
+        if self.fusion == "rrf" and self.rrf_k < 0:
+            raise ValueError(f"rrf k must be >= 0, got {self.rrf_k}")
+        if self.fusion == "convex" and self.normalisation not in NORMALISATIONS:
+            raise ValueError(f"unknown normalisation {self.normalisation!r}; use one of "
+                             f"{NORMALISATIONS}")
+
+    def weight_map(self) -> dict[str, float]:
+        return dict(self.weights)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fusion": self.fusion, "normalisation": self.normalisation,
+                "rrf_k": self.rrf_k, "weights": self.weight_map(), "temporal": self.temporal,
+                "temporal_boost": self.temporal_boost}
+
+
+class SignalBatch:
+    """The traced signals of many questions as arrays, ``Q x N`` (``N``: the largest corpus;
+    a question's sessions are its first ``n_q`` columns, ``mask`` marks them), scored for any
+    :class:`FusionSetting` by the same array operations whether the batch holds one question
+    (the pipeline's fusion and temporal stages) or thousands (``tune``'s grid search).
+
+    Per signal and question what a setting needs is computed once and kept: the ranks among
+    informative sessions (:func:`signal_ranks`), ``k + rank`` for RRF, and the normalised
+    scores (:func:`normalise`). A signal a question did not compute contributes nothing and
+    its weight is not in that question's convex denominator (module docstring)."""
+
+    def __init__(self, signals: Sequence[Mapping[str, Signal]], lengths: Sequence[int],
+                 in_window: np.ndarray) -> None:
+        self.signals = [dict(s) for s in signals]
+        self.lengths = [int(n) for n in lengths]
+        nq = len(self.signals)
+        self.nmax = max(self.lengths, default=0)
+        self.mask = np.zeros((nq, self.nmax), dtype=bool)
+        for qi, n in enumerate(self.lengths):
+            self.mask[qi, :n] = True
+        self.padding = ~self.mask
+        self.in_window = in_window
+        self.names = _canonical(sorted({n for s in self.signals for n in s}))
+        self.present = {n: np.array([n in s for s in self.signals], dtype=np.float64)
+                        for n in self.names}
+        self._cache: dict[tuple[str, str], np.ndarray] = {}
+
+    @classmethod
+    def of(cls, signals: Sequence[Mapping[str, Signal]],
+           in_window: Sequence[Sequence[bool] | np.ndarray] | None = None,
+           lengths: Sequence[int] | None = None) -> SignalBatch:
+        """A batch of questions: each one's signals (name -> :class:`Signal`), its sessions'
+        window membership (default: none in a window) and its corpus size (default: from
+        ``in_window``, else its signals'); every signal must cover the whole corpus."""
+        nq = len(signals)
+        if lengths is None:
+            lengths = ([len(w) for w in in_window] if in_window is not None
+                       else [_length(s) for s in signals])
+        if len(lengths) != nq or (in_window is not None and len(in_window) != nq):
+            raise ValueError("SignalBatch.of: one entry per question in every argument")
+        for qi, (s, n) in enumerate(zip(signals, lengths, strict=True)):
+            for name, sig in s.items():
+                if len(sig.scores) != n:
+                    raise ValueError(f"SignalBatch.of: question {qi}: signal {name!r} covers "
+                                     f"{len(sig.scores)} sessions, its corpus {n}")
+        nmax = max(lengths, default=0)
+        window = np.zeros((nq, nmax), dtype=bool)
+        if in_window is not None:
+            for qi, w in enumerate(in_window):
+                if len(w) != lengths[qi]:
+                    raise ValueError(f"SignalBatch.of: question {qi}: in_window covers "
+                                     f"{len(w)} sessions, its corpus {lengths[qi]}")
+                window[qi, : len(w)] = np.asarray(w, dtype=bool)
+        return cls(signals, lengths, window)
+
+    def __len__(self) -> int:
+        return len(self.signals)
+
+    def _ranks(self, name: str) -> np.ndarray:
+        """Rank among informative sessions, 0 where not informative or not computed."""
+        key = (name, "ranks")
+        if key not in self._cache:
+            out = np.zeros(self.mask.shape, dtype=np.float64)
+            for qi, s in enumerate(self.signals):
+                if name in s:
+                    sig = s[name]
+                    for i, r in enumerate(signal_ranks(sig.scores, sig.informative)):
+                        if r is not None:
+                            out[qi, i] = r
+            self._cache[key] = out
+        return self._cache[key]
+
+    def rrf_denominators(self, name: str, k: float) -> np.ndarray:
+        """``k + rank`` where the session is informative, +inf elsewhere (``w / inf = 0``)."""
+        key = (name, f"rrf:{k!r}")
+        if key not in self._cache:
+            r = self._ranks(name)
+            self._cache[key] = np.where(r > 0, k + r, np.inf)
+        return self._cache[key]
+
+    def normalised(self, name: str, method: str) -> np.ndarray:
+        """:func:`normalise` of the signal per question; 0 where dropped or not computed."""
+        key = (name, method)
+        if key not in self._cache:
+            out = np.zeros(self.mask.shape, dtype=np.float64)
+            for qi, s in enumerate(self.signals):
+                if name in s:
+                    v = normalise(s[name], method)
+                    if v is not None:
+                        out[qi, : len(v)] = v
+            self._cache[key] = out
+        return self._cache[key]
+
+    def fused(self, setting: FusionSetting) -> np.ndarray:
+        """Fused scores, ``Q x N`` (0 beyond a question's corpus): ``sum_s w_s / (k +
+        rank_s)`` (rrf) or ``sum_s w_s * norm_s / sum_s w_s`` (convex), signals added in
+        the canonical order."""
+        nq = len(self.signals)
+        fused = np.zeros(self.mask.shape, dtype=np.float64)
+        w = setting.weight_map()
+        if setting.fusion == "rrf":
+            for n in self.names:
+                wn = float(w.get(n, 0.0))
+                if wn > 0:
+                    fused += wn / self.rrf_denominators(n, setting.rrf_k)
+            return fused
+        total = np.zeros(nq, dtype=np.float64)
+        for n in self.names:
+            wn = float(w.get(n, 0.0))
+            if wn <= 0:
+                continue
+            total += wn * self.present[n]
+            fused += wn * self.normalised(n, setting.normalisation)
+        pos = total > 0
+        if pos.any():
+            fused[pos] /= total[pos][:, None]
+        return fused
+
+    def final(self, setting: FusionSetting) -> np.ndarray:
+        """Scores after the temporal step (what a run without a rerank ranks by), ``Q x N``;
+        ``-inf`` beyond a question's corpus."""
+        out = _shift_to_nonnegative(self.fused(setting), self.mask)  # a fresh array
+        if setting.temporal:  # else every multiplier is 1: x * 1.0 == x
+            out *= multipliers(self.in_window, setting)
+        out[self.padding] = -np.inf
+        return out
+
+    def orders(self, setting: FusionSetting) -> np.ndarray:
+        """Each question's ranking (corpus indices by descending final score, ties by corpus
+        order), ``Q x N``; a question's first ``n_q`` entries are its sessions."""
+        return np.argsort(-self.final(setting), axis=1, kind="stable")
 
 
 def order(scores: np.ndarray | Sequence[float]) -> list[int]:

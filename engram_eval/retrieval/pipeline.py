@@ -4,8 +4,9 @@ Every consumer ranks through these functions: the benchmark retrievers
 (:class:`engram_eval.retrieval.hybrid.HybridRetriever`, hence every ``run``), production
 search (:func:`engram_eval.production.search.search_memories`) and ``tune``'s re-scoring
 (:func:`rescore`, used by :mod:`engram_eval.analysis.tune` to prove that it reproduces
-stored rankings and to score what it reports). Settings come from one dataclass,
-:class:`~engram_eval.retrieval.settings.RetrievalSettings`: no stage holds a default.
+stored rankings, and to check question by question what its batched grid search reports).
+Settings come from one dataclass, :class:`~engram_eval.retrieval.settings.RetrievalSettings`:
+no stage holds a default.
 
 Stages, in order (README.md, "Architecture", gives the same outline):
 
@@ -15,11 +16,14 @@ Stages, in order (README.md, "Architecture", gives the same outline):
    persisted them). Every session of the corpus is a candidate.
 1. :func:`signals_stage`: every switched-on signal (:data:`settings.SIGNALS`), each with its
    informative mask, plus the feedback facts (``bm25_prf`` / ``dense_rocchio``).
-2. :func:`fusion_stage`: weighted RRF or convex fusion (:mod:`.fusion`) -> ``fused``, the
-   prior order and ranks.
+2. :func:`fusion_stage`: weighted RRF or convex fusion -> ``fused``, the prior order and
+   ranks, computed by the batched scorer (:class:`.fusion.SignalBatch`, the one
+   implementation ``tune``'s grid search runs too) on this one question, under
+   :func:`fusion_setting` of the settings.
 3. :func:`temporal_stage`: the question's window (:func:`.temporal.safe_time_window`, never
    raises), each session's ``in_window``, the multiplier (``temporal_boost`` once per
-   session) and the temporal order (:func:`.fusion.temporal_scores`).
+   session, :func:`.fusion.multipliers`) and the temporal order
+   (:func:`.fusion.temporal_scores`).
 4. :func:`rerank_stage` (only with ``rerank``): cross-encoder scores of the best
    ``rerank_candidates`` fused candidates, the passage fallback, the blend with the prior
    rank (``fusion_alpha``) and the temporal multiplier; sessions not reranked go below.
@@ -379,11 +383,36 @@ def trace_signals(st: QuestionState) -> None:
                 tr[name + "_turns"] = turns[i]
 
 
+def fusion_setting(settings: RetrievalSettings) -> F.FusionSetting:
+    """The fusion and temporal fields of ``settings`` as the batched scorer's record (the
+    weights of the switched-on signals, :meth:`RetrievalSettings.weights`)."""
+    s = settings
+    return F.FusionSetting(s.fusion, s.normalisation, s.rrf_k, tuple(s.weights().items()),
+                           s.temporal, s.temporal_boost)
+
+
+def with_fusion_setting(settings: RetrievalSettings, setting: F.FusionSetting
+                        ) -> RetrievalSettings:
+    """``settings`` with ``setting``'s fields applied (validated by the settings dataclass,
+    the one place where bounds live); the inverse of :func:`fusion_setting`."""
+    import dataclasses
+
+    from engram_eval.retrieval.settings import SIGNALS
+
+    weight_field = {name: w for name, _, w in SIGNALS}
+    changes: dict[str, Any] = {"fusion": setting.fusion, "normalisation": setting.normalisation,
+                               "rrf_k": setting.rrf_k, "temporal": setting.temporal,
+                               "temporal_boost": setting.temporal_boost}
+    for name, w in setting.weights:
+        changes[weight_field[name]] = w
+    return dataclasses.replace(settings, **changes)
+
+
 def fusion_stage(st: QuestionState) -> None:
-    """Stage 2: the fused score, the prior order and the prior rank of every session."""
-    c = st.settings
-    st.fused = F.fuse(st.signals, method=c.fusion, weights=c.weights(), k=c.rrf_k,
-                      normalisation=c.normalisation)
+    """Stage 2: the fused score, the prior order and the prior rank of every session, from
+    the batched scorer (:class:`.fusion.SignalBatch`) on a batch of this one question."""
+    batch = F.SignalBatch.of([st.signals], lengths=[st.n])
+    st.fused = batch.fused(fusion_setting(st.settings))[0]
     st.fused_order = F.order(st.fused)
     st.fused_rank = F.rank_of(st.fused_order)
 
@@ -403,12 +432,8 @@ def locate_in_window(st: QuestionState) -> None:
 def boost_stage(st: QuestionState) -> None:
     """Stage 3b: the multiplier (``temporal_boost`` once per session inside the window when
     ``temporal`` is on), the boosted prior and its order. Without a rerank these are final."""
-    c = st.settings
-    st.mult = np.ones(st.n, dtype=np.float64)
-    if c.temporal:
-        for i, inside in enumerate(st.in_window):
-            if inside:
-                st.mult[i] = float(c.temporal_boost)
+    inside = np.array([bool(x) for x in st.in_window], dtype=bool)
+    st.mult = F.multipliers(inside, fusion_setting(st.settings))
     st.tscore = F.temporal_scores(st.fused, st.mult)
     st.t_order = F.order(st.tscore)
     st.t_rank = F.rank_of(st.t_order)

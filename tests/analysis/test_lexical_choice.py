@@ -21,9 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _reports(d: Path, estimates: dict[str, float]) -> None:
+    """Reports of tune of one run: LoCoMo ones (``loc_``) with their fold unit, the others
+    without one, as written before tune recorded it."""
     for name, cv in estimates.items():
+        fold = {"estimate": cv, **({"unit": "id-prefix"} if name.startswith("loc_") else {})}
         (d / f"tune_{name}.yaml.tuning.json").write_text(json.dumps(
-            {"cross_validation": {"estimate": cv}, "in_sample_score": cv + 0.01}))
+            {"cross_validation": fold, "in_sample_score": cv + 0.01}))
 
 
 def test_the_best_estimate_per_structure_ties_to_the_first_listed(tmp_path: Path,
@@ -35,8 +38,10 @@ def test_the_best_estimate_per_structure_ties_to_the_first_listed(tmp_path: Path
     chat, people = report["structures"]["chat"], report["structures"]["people"]
     assert chat["chosen"] == "stem" and people["chosen"] == "b"  # b listed before a
     assert list(people["variants"]) == ["c", "b", "a"]
-    assert chat["variants"]["plain"] == {"cv_estimate": 0.5, "in_sample": 0.51,
+    assert chat["variants"]["plain"] == {"cv_estimate": 0.5, "cv_unit": "question",
+                                         "in_sample": 0.51,
                                          "report": "tune_lme_plain.yaml.tuning.json"}
+    assert people["variants"]["a"]["cv_unit"] == "id-prefix"
     assert LC.main([str(tmp_path), "plain stem", "c b a"]) == 0
     assert json.loads(capsys.readouterr().out) == {"chat": "stem", "people": "b"}
     written = (tmp_path / LC.OUTPUT).read_text()

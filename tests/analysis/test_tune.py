@@ -105,9 +105,9 @@ OWN = {"method": "rrf", "normalisation": "minmax", "k": 60.0,
        "weights": {"dense": 1.0, "bm25_user": 0.0}}
 
 
-def hand_rows() -> list[dict]:
+def hand_rows(hand: dict | None = None) -> list[dict]:
     rows = []
-    for qid, (dense, bm25, gold) in HAND.items():
+    for qid, (dense, bm25, gold) in (hand or HAND).items():
         sig = {"dense": F.Signal.of(dense), "bm25_user": F.Signal.of(bm25, np.array(bm25) > 0)}
         fused = F.fuse(sig, method="rrf", weights=OWN["weights"], k=60.0)
         final = F.temporal_scores(fused, np.ones(3))
@@ -129,16 +129,22 @@ def hand_rows() -> list[dict]:
     return rows
 
 
+def hand_run(real_run: Path, run: Path, hand: dict | None = None) -> Path:
+    """``run``: the rows of ``hand`` (default HAND) under a copy of ``real_run``'s sidecar
+    (any valid sidecar without rerank, selecting the hand rows, else a partial run)."""
+    hand = hand or HAND
+    run.write_text("".join(json.dumps(r) + "\n" for r in hand_rows(hand)))
+    meta = json.loads(sidecar_path(real_run).read_text())
+    meta["selection"].update(n=len(hand), ids=list(hand))
+    sidecar_path(run).write_text(json.dumps(meta))
+    return run
+
+
 def test_tune_finds_the_hand_checked_optimum(real_run: Path, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM"):
         monkeypatch.delenv(k, raising=False)  # cli.main sets them; keep them from leaking
-    run = tmp_path / "hand.jsonl"
-    run.write_text("".join(json.dumps(r) + "\n" for r in hand_rows()))
-    # any valid sidecar without rerank, selecting the hand rows (else a partial run)
-    meta = json.loads(sidecar_path(real_run).read_text())
-    meta["selection"].update(n=len(HAND), ids=list(HAND))
-    sidecar_path(run).write_text(json.dumps(meta))
+    run = hand_run(real_run, tmp_path / "hand.jsonl")
     grid = write_grid(tmp_path / "g.yaml", {"fusion": ["convex", "rrf"], "rrf_k": [60],
                                              "weights": {"dense": [1], "bm25_user": [0, 1]}})
     out = tmp_path / "c.yaml"
@@ -161,6 +167,60 @@ def test_tune_finds_the_hand_checked_optimum(real_run: Path, tmp_path: Path,
     cfg = yaml.safe_load(out.read_text())
     assert cfg["fusion"] == "convex" and cfg["weight_bm25_user"] == 1.0
     assert cfg["use_bm25_user"] is True
+
+
+# Six LoCoMo-shaped questions (ids CONVERSATION:QUESTION) in conversations of 1, 2 and 3.
+CONVERSATIONS = {"ca": 1, "cb": 2, "cc": 3}
+BY_CONVERSATION = {f"{c}:{k}": HAND["q1" if k % 2 else "q2"]
+                   for c, n in CONVERSATIONS.items() for k in range(n)}
+
+
+@pytest.mark.parametrize("cluster", ["id-prefix", "none", None])
+def test_one_run_honours_the_cross_validation_unit(real_run: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   cluster: str | None) -> None:
+    """``tune`` of one run deals folds by conversation (the id before ':') by default and with
+    ``--cluster id-prefix``, by question with ``--cluster none``: with 3 folds, each fold holds
+    out one whole conversation (1, 2 and 3 questions) or 6 / 3 = 2 questions."""
+    for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM"):
+        monkeypatch.delenv(k, raising=False)
+    run = hand_run(real_run, tmp_path / "conv.jsonl", BY_CONVERSATION)
+    grid = write_grid(tmp_path / "g.yaml", {"weights": {"dense": [1], "bm25_user": [0, 1]}})
+    out = tmp_path / "c.yaml"
+    argv = ["tune", str(run), "--grid", str(grid), "--output", str(out), "--folds", "3"]
+    code = cli.main(argv + (["--cluster", cluster] if cluster else []))
+    assert code == 0
+    cv = json.loads(Path(str(out) + ".tuning.json").read_text())["cross_validation"]
+    n_test = sorted(f["n_test"] for f in cv["per_fold"])
+    if cluster == "none":
+        assert cv["unit"] == "question" and n_test == [len(BY_CONVERSATION) // 3] * 3
+    else:
+        assert cv["unit"] == "id-prefix" and n_test == sorted(CONVERSATIONS.values())
+
+
+def test_one_run_is_the_search_over_parts_with_one_part(real_run: Path, tmp_path: Path) -> None:
+    """Single-run ``tune`` and ``tune_parts`` given that one run (rule ``mean``: the part's own
+    score) choose alike, with the same in-sample, own-settings and out-of-fold scores."""
+    from engram_eval.analysis.tune_parts import tune_parts
+
+    grid = write_grid(tmp_path / "g.yaml", {"fusion": ["rrf", "convex"],
+                                            "normalisation": ["minmax", "zscore"],
+                                            "weights": {"bm25_user": [0.3, 1.0],
+                                                        "bm25_turn": [0, 0.5]},
+                                            "temporal": [False, True]})
+    one = tune(real_run, grid, tmp_path / "one.yaml", folds=3).report
+    parts = tune_parts([real_run], grid, tmp_path / "parts.yaml", protocols=["answerable"],
+                       rule="mean", folds=3).report
+    (structure,) = parts["structures"].values()
+    (part,) = structure["parts"]
+    assert structure["chosen"] == one["chosen"]
+    assert structure["n_candidates"] == one["n_candidates"]
+    assert part["in_sample_score"] == one["in_sample_score"]
+    assert part["run_settings_score"] == one["run_settings_score"]
+    assert part["cv_estimate"] == one["cross_validation"]["estimate"]
+    assert part["in_sample_metrics"] == one["in_sample_metrics"]
+    assert ([f["chosen"] for f in structure["cross_validation"]["per_fold"]]
+            == [f["chosen"] for f in one["cross_validation"]["per_fold"]])
 
 
 def test_example_grid_loads() -> None:

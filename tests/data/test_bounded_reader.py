@@ -29,6 +29,7 @@ from engram_eval.production.confidence import load_calibration
 from engram_eval.production_eval.fixture import read_document
 from engram_eval.provenance.frozen import load_manifest, read_ledger
 from engram_eval.provenance.sidecar import read_sidecar, sidecar_path, summary_path
+from engram_eval.retrieval import fusion as F
 from engram_eval.runs.reader import read_summary
 from engram_eval.runs.rows import scan_rows
 from engram_eval.scoring.score import read_rankings
@@ -414,7 +415,7 @@ def test_a_store_meta_value_nested_deep_is_a_data_error(unchanged: Path) -> None
 
 # --------------------------------------------------------------------------- tune grid
 def test_a_huge_tune_grid_is_one_error_before_enumeration() -> None:
-    base = T.Candidate("rrf", "minmax", 60.0, (("dense", 1.0), ("bm25_user", 1.0)), False, 0.0)
+    base = F.FusionSetting("rrf", "minmax", 60.0, (("dense", 1.0), ("bm25_user", 1.0)), False, 0.0)
     values = [float(i) for i in range(100)]
     grid = {"rrf_k": values, "weights": {"dense": values, "bm25_user": values},
             "temporal": [True], "temporal_boost": values[:100]}
@@ -424,7 +425,7 @@ def test_a_huge_tune_grid_is_one_error_before_enumeration() -> None:
 
 
 def test_a_small_tune_grid_counts_what_it_enumerates() -> None:
-    base = T.Candidate("rrf", "minmax", 60.0, (("dense", 1.0), ("bm25_user", 1.0)), False, 0.0)
+    base = F.FusionSetting("rrf", "minmax", 60.0, (("dense", 1.0), ("bm25_user", 1.0)), False, 0.0)
     grid = {"fusion": ["rrf", "convex"], "rrf_k": [10.0, 60.0],
             "normalisation": ["minmax"], "weights": {"dense": [1.0], "bm25_user": [0.0, 1.0]}}
     n = T.candidate_count(grid, base, ["dense", "bm25_user"])
