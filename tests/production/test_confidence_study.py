@@ -10,31 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gate_sessions import NEW, S1, S2, S3
 
 from engram_eval.cli import main as cli
-from engram_eval.data.records import Question, Session, Turn
+from engram_eval.data.records import Question
 from engram_eval.errors import ProvenanceError
 from engram_eval.production_eval import confidence_study as CS
-from engram_eval.retrieval.analyzer import Analyzer
 from engram_eval.retrieval.gate_features import QuestionView
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "fixtures" / "longmemeval_tiny.json"
 LOCOMO = ROOT / "fixtures" / "locomo_tiny.json"
-NEW = Analyzer("word", "snowball-english", "en-v1")
-
-
-def _session(sid: str, *texts: str) -> Session:
-    turns = []
-    for k, t in enumerate(texts):
-        turns.append(Turn("user", t, 2 * k))
-        turns.append(Turn("assistant", "ok, noted", 2 * k + 1))
-    return Session(sid, "2023/05/01 (Mon) 10:00", tuple(turns))
-
-
-S1 = _session("s1", "I bought two books with Alice.", "Alice went to Paris to buy books.")
-S2 = _session("s2", "We talked about gardening.")
-S3 = _session("s3", "Nothing about that here.", "Books, books and more books.")
 
 
 QUESTION = Question("q1", "multi-session", "How many books did Alice buy in Paris?", "2",

@@ -11,25 +11,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gate_sessions import NEW, S1, S2, S3
 
-from engram_eval.data.records import Session, Turn
+from engram_eval.data.records import Session
 from engram_eval.retrieval import gate_features as G
-from engram_eval.retrieval.analyzer import Analyzer
 
-NEW = Analyzer("word", "snowball-english", "en-v1")
-
-
-def _session(sid: str, *texts: str) -> Session:
-    turns = []
-    for k, t in enumerate(texts):
-        turns.append(Turn("user", t, 2 * k))
-        turns.append(Turn("assistant", "ok, noted", 2 * k + 1))
-    return Session(sid, "2023/05/01 (Mon) 10:00", tuple(turns))
-
-
-S1 = _session("s1", "I bought two books with Alice.", "Alice went to Paris to buy books.")
-S2 = _session("s2", "We talked about gardening.")
-S3 = _session("s3", "Nothing about that here.", "Books, books and more books.")
 TRACES: list[dict[str, Any]] = [
     {"dense": 0.5, "dense_rank": 1, "bm25_turn_rank": 1, "fused": 2.0, "fused_rank": 2,
      "reranked": True, "rerank_rank": 1, "base_raw_score": 3.0, "rerank_turn": 0},
