@@ -11,6 +11,14 @@
 #                                     OUTFILE.gz exists
 #   merged_candidates RR_DIR TUNE OUT the no-rerank fold runs of section 6 (RR_DIR/fold{0,1}_none)
 #                                     merged into OUT: the first stage its rerankers trained from
+#   rerank_folds DATA CONFIG DIR CHOICE DEPTHS ALPHAS
+#                                     the out-of-fold rerank check of a first stage: each half
+#                                     of DATA ranked by CONFIG alone (DIR/fold{0,1}_none) and
+#                                     reranked by the fold cross-encoder that never saw it
+#                                     ($SCRATCH/ce_fold{0,1}; ONNX int8, turn unit, max length
+#                                     128) at every depth in DEPTHS and blend in ALPHAS (each a
+#                                     space-separated list); choose_rerank.py picks by section
+#                                     6's objective -> CHOICE
 # and the settings every published reranker run shares, defined once here:
 #   FIRST   the first stage of the published rerank runs (torch embeddings, as the held-out
 #           runs they are compared with)
@@ -53,4 +61,31 @@ merged_candidates() {
   "$E" merge "$1/fold0_none.jsonl.gz" "$1/fold1_none.jsonl.gz" --dataset "$2" --output "$3" \
     --sources-at "$(git log --diff-filter=A --format=%H -1 -- "$1/fold0_none.jsonl.gz")" \
     | tail -n 1
+}
+
+rerank_folds() {
+  local data="$1" cfg="$2" dir="$3" choice="$4" i a d f args=(--candidate none)
+  local -a depths alphas
+  read -r -a depths <<< "$5"
+  read -r -a alphas <<< "$6"
+  for i in 0 1; do
+    f="$dir/fold${i}_none.jsonl"
+    run_to "$data" "$f" --config "$cfg" --shard "$i/2" --trace-sessions 5 --no-rerank
+    args+=("$f.gz")
+  done
+  for d in "${depths[@]}"; do
+    for a in "${alphas[@]}"; do
+      args+=(--candidate "d${d}_a$a")
+      for i in 0 1; do
+        f="$dir/fold${i}_d${d}_a$a.jsonl"
+        run_to "$data" "$f" --config "$cfg" --shard "$i/2" \
+          --trace-sessions 5 --rerank --reranker-model "$SCRATCH/ce_fold$i" \
+          --reranker-backend onnx --reranker-precision int8 --rerank-unit turn \
+          --rerank-max-length 128 --rerank-candidates "$d" --fusion-alpha "$a"
+        args+=("$f.gz")
+      done
+    done
+  done
+  [ -e "$choice" ] || "$PY" benchmarks/longmemeval/choose_rerank.py "${args[@]}" \
+    --output "$choice" | tail -n 12
 }

@@ -125,28 +125,8 @@ train() {
 
 rerank() {
   echo "== each half of the tune part: the chosen first stage, then reranked out of fold"
-  local args=(--candidate none) i a d f
-  for i in 0 1; do
-    f="$OUT/fold${i}_none.jsonl"
-    run_to "$LME_TUNE" "$f" --config "$OUT/tuned_first_stage.yaml" --shard "$i/2" \
-      --trace-sessions 5 --no-rerank
-    args+=("$f.gz")
-  done
-  for d in "${DEPTHS[@]}"; do
-    for a in "${ALPHAS[@]}"; do
-      args+=(--candidate "d${d}_a$a")
-      for i in 0 1; do
-        f="$OUT/fold${i}_d${d}_a$a.jsonl"
-        run_to "$LME_TUNE" "$f" --config "$OUT/tuned_first_stage.yaml" --shard "$i/2" \
-          --trace-sessions 5 --rerank --reranker-model "$SCRATCH/ce_fold$i" \
-          --reranker-backend onnx --reranker-precision int8 --rerank-unit turn \
-          --rerank-max-length 128 --rerank-candidates "$d" --fusion-alpha "$a"
-        args+=("$f.gz")
-      done
-    done
-  done
-  [ -e "$OUT/rerank_choice.json" ] || "$PY" benchmarks/longmemeval/choose_rerank.py \
-    "${args[@]}" --output "$OUT/rerank_choice.json" | tail -n 12
+  rerank_folds "$LME_TUNE" "$OUT/tuned_first_stage.yaml" "$OUT" "$OUT/rerank_choice.json" \
+    "${DEPTHS[*]}" "${ALPHAS[*]}"
 }
 
 heldout() {

@@ -152,7 +152,7 @@ rerank() {
   if [ "$chat" != True ]; then
     echo "the chat first stage did not change (the baseline won): nothing to re-check"; return 0
   fi
-  local i a f args=(--candidate none)
+  local i
   for i in 0 1; do
     [ -e "$SCRATCH/ce_fold$i" ] || { echo "missing $SCRATCH/ce_fold$i:" \
       "run scripts/publish_lexical.sh train with this SCRATCH first" >&2; exit 1; }
@@ -160,25 +160,8 @@ rerank() {
       "$SCRATCH/ce_fold$i.card.json"
   done
   echo "== each half of the tune part: the new first stage, then reranked out of fold"
-  for i in 0 1; do
-    f="$OUT/fold${i}_none.jsonl"
-    run_to "$LME_TUNE" "$f" --config "$OUT/topm_first_stage.yaml" --shard "$i/2" \
-      --trace-sessions 5 --no-rerank
-    args+=("$f.gz")
-  done
-  for a in "${ALPHAS[@]}"; do
-    args+=(--candidate "d${DEPTH}_a$a")
-    for i in 0 1; do
-      f="$OUT/fold${i}_d${DEPTH}_a$a.jsonl"
-      run_to "$LME_TUNE" "$f" --config "$OUT/topm_first_stage.yaml" --shard "$i/2" \
-        --trace-sessions 5 --rerank --reranker-model "$SCRATCH/ce_fold$i" \
-        --reranker-backend onnx --reranker-precision int8 --rerank-unit turn \
-        --rerank-max-length 128 --rerank-candidates "$DEPTH" --fusion-alpha "$a"
-      args+=("$f.gz")
-    done
-  done
-  [ -e "$OUT/topm_rerank_choice.json" ] || "$PY" benchmarks/longmemeval/choose_rerank.py \
-    "${args[@]}" --output "$OUT/topm_rerank_choice.json" | tail -n 8
+  rerank_folds "$LME_TUNE" "$OUT/topm_first_stage.yaml" "$OUT" "$OUT/topm_rerank_choice.json" \
+    "$DEPTH" "${ALPHAS[*]}"
   "$PY" scripts/derived_sidecars.py "$OUT"
 }
 

@@ -1,0 +1,64 @@
+"""``scripts/_rerank_lib.sh``'s ``rerank_folds``, the one out-of-fold rerank check that
+``publish_lexical.sh rerank`` and ``publish_topm.sh rerank`` both call: the runs it makes, in
+order, and the candidates it hands to ``choose_rerank.py``, with a fake ``engram-eval`` and a
+fake python that log their arguments."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LOG = """#!/bin/sh
+echo "$(basename "$0") $*" >> "$CALLS"
+"""
+
+
+def _rerank_folds(tmp_path: Path, depths: str, alphas: str) -> list[str]:
+    if shutil.which("bash") is None:
+        pytest.skip("bash not available")
+    for name in ("engram-eval", "python"):
+        (tmp_path / name).write_text(LOG)
+        (tmp_path / name).chmod(0o755)
+    script = (f'set -euo pipefail\nE="{tmp_path}/engram-eval" PY="{tmp_path}/python" '
+              f'SCRATCH=S COMMON=(--cache-dir c)\nsource "{ROOT}/scripts/_rerank_lib.sh"\n'
+              f'rerank_folds tune.json cfg.yaml o o/choice.json "{depths}" "{alphas}"\n')
+    p = subprocess.run(["bash", "-c", script], cwd=tmp_path, text=True, capture_output=True,
+                       env={**os.environ, "CALLS": str(tmp_path / "calls")}, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return (tmp_path / "calls").read_text().splitlines()
+
+
+def test_first_stage_halves_then_every_depth_and_blend_then_the_choice(tmp_path: Path) -> None:
+    calls = _rerank_folds(tmp_path, "15 20", "0.8 0.7")
+    runs = [c.split(" --output ", 1)[1] for c in calls if c.startswith("engram-eval run ")]
+    rerank = ("--trace-sessions 5 --rerank --reranker-model S/ce_fold{i} --reranker-backend onnx "
+              "--reranker-precision int8 --rerank-unit turn --rerank-max-length 128 "
+              "--rerank-candidates {d} --fusion-alpha {a}")
+    assert runs == (
+        [f"o/fold{i}_none.jsonl --cache-dir c --config cfg.yaml --shard {i}/2 "
+         "--trace-sessions 5 --no-rerank" for i in (0, 1)]
+        + [f"o/fold{i}_d{d}_a{a}.jsonl --cache-dir c --config cfg.yaml --shard {i}/2 "
+           + rerank.format(i=i, d=d, a=a)
+           for d in (15, 20) for a in ("0.8", "0.7") for i in (0, 1)])
+    # every run verified with --rerun 3, then compressed
+    assert sum(c.startswith("engram-eval verify ") and "--rerun 3" in c for c in calls) == 10
+    assert sum(c.startswith("engram-eval compress ") for c in calls) == 10
+    choose = [c for c in calls if c.startswith("python ")]
+    assert choose == [
+        "python benchmarks/longmemeval/choose_rerank.py --candidate none o/fold0_none.jsonl.gz "
+        "o/fold1_none.jsonl.gz "
+        + " ".join(f"--candidate d{d}_a{a} o/fold0_d{d}_a{a}.jsonl.gz o/fold1_d{d}_a{a}.jsonl.gz"
+                   for d in (15, 20) for a in ("0.8", "0.7"))
+        + " --output o/choice.json"]
+
+
+def test_an_existing_choice_is_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "choice.json").write_text("{}")
+    calls = _rerank_folds(tmp_path, "20", "0.8")
+    assert not [c for c in calls if c.startswith("python ")]
