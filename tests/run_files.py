@@ -1,4 +1,5 @@
-"""File helpers shared by the tests that tamper with a finished run or an answer/judge file."""
+"""File helpers shared by the tests that tamper with a finished run or an answer/judge file,
+and a minimal scored run (:func:`write_run`) for the comparison tests."""
 
 from __future__ import annotations
 
@@ -26,3 +27,29 @@ def edit_line(path: Path, n: int, fn: Callable[[dict[str, Any]], Any]) -> None:
     fn(row)
     ls[n] = json.dumps(row, ensure_ascii=False) + "\n"
     path.write_text("".join(ls))
+
+
+#: The dataset sha256 :func:`write_run` records.
+SHA = "a" * 64
+
+
+def write_run(path: Path, values: list[dict[str, float]], *, types: list[str] | None = None,
+              ids: list[str] | None = None, sha: str | None = SHA, retriever: str = "x",
+              gold: list[list[str]] | None = None, summary: bool = True) -> Path:
+    ids = ids or [f"q{i:02d}" for i in range(len(values))]
+    types = types or ["t"] * len(values)
+    with open(path, "w", encoding="utf-8") as f:
+        for i, (qid, qt, m) in enumerate(zip(ids, types, values, strict=True)):
+            g = gold[i] if gold else ["s1"]
+            f.write(json.dumps({"question_id": qid, "question_type": qt,
+                                "ranked_session_ids": ["s1", "s2"], "scores": [1.0, 0.5],
+                                "gold": {"answerable": g}, "metrics": {"answerable": m}}) + "\n")
+    if summary:
+        Path(str(path) + ".summary.json").write_text(json.dumps(
+            {"dataset": "d.json", "dataset_sha256": sha, "retriever": retriever,
+             "fingerprint": retriever * 8}))
+    return path
+
+
+def binary(vals: list[int], name: str = "recall_any@1") -> list[dict[str, float]]:
+    return [{name: float(v), "mrr": float(v)} for v in vals]

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from run_files import SHA, binary, write_run
 
 from engram_eval.analysis.compare import (
     cluster_bootstrap_deltas,
@@ -22,35 +23,11 @@ from engram_eval.cli import main as cli
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
 from engram_eval.runs.reader import read_run
 
-SHA = "a" * 64
-
 
 @pytest.fixture(autouse=True)
 def _restore_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM"):
         monkeypatch.delenv(k, raising=False)
-
-
-def write_run(path: Path, values: list[dict[str, float]], *, types: list[str] | None = None,
-              ids: list[str] | None = None, sha: str | None = SHA, retriever: str = "x",
-              gold: list[list[str]] | None = None, summary: bool = True) -> Path:
-    ids = ids or [f"q{i:02d}" for i in range(len(values))]
-    types = types or ["t"] * len(values)
-    with open(path, "w", encoding="utf-8") as f:
-        for i, (qid, qt, m) in enumerate(zip(ids, types, values, strict=True)):
-            g = gold[i] if gold else ["s1"]
-            f.write(json.dumps({"question_id": qid, "question_type": qt,
-                                "ranked_session_ids": ["s1", "s2"], "scores": [1.0, 0.5],
-                                "gold": {"answerable": g}, "metrics": {"answerable": m}}) + "\n")
-    if summary:
-        Path(str(path) + ".summary.json").write_text(json.dumps(
-            {"dataset": "d.json", "dataset_sha256": sha, "retriever": retriever,
-             "fingerprint": retriever * 8}))
-    return path
-
-
-def binary(vals: list[int], name: str = "recall_any@1") -> list[dict[str, float]]:
-    return [{name: float(v), "mrr": float(v)} for v in vals]
 
 
 def test_binary_decided_by_name() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_compare import binary, write_run  # type: ignore[import-not-found]
+from run_files import binary, write_run
 
 from engram_eval.analysis.compare import compare_runs, format_report
 from engram_eval.cli import main as cli
