@@ -107,13 +107,15 @@ def is_exempt(p: Path) -> bool:
 
 def describe(path: Path) -> dict[str, Any]:
     """The sidecar of the derived file ``path``: its sha256, its generator (path relative to
-    the repository root, and sha256), the dataset of the runs beside it (or the one the file
-    names), its inputs in the same directory and the time."""
+    the repository root, and sha256), the dataset of its input runs (``datasets``, all of
+    them, when they are several; with no input run, the dataset of the runs beside it; the
+    one the file names wins), its inputs in the same directory and the time."""
     found = generator_of(path.name)
     if found is None:
         raise ValueError(f"unknown derived file {path}")
     gen, patterns = found
     inputs = []
+    datasets: dict[str, dict[str, str]] = {}  # sha256 -> dataset, of the input runs
     for inp in sorted({q for pat in patterns for q in path.parent.glob(pat)}):
         run = Path(str(inp).removesuffix(".summary.json"))
         side = json.loads(Path(str(run) + ".metadata.json").read_text())
@@ -122,18 +124,26 @@ def describe(path: Path) -> dict[str, Any]:
         if inp == run:
             entry["rows_sha256"] = rows_sha256(run)
         inputs.append(entry)
+        if side.get("dataset"):
+            ds = {"name": side["dataset"]["name"], "sha256": side["dataset"]["sha256"]}
+            datasets.setdefault(ds["sha256"], ds)
+    extra: dict[str, Any] = {}
     dataset = None
-    sides = run_sidecars(path.parent)
-    if sides:
+    if len(datasets) == 1:  # the inputs' one dataset
+        dataset = next(iter(datasets.values()))
+    elif datasets:  # inputs over several datasets (tuning parts tuned together): all named
+        extra["datasets"] = sorted(datasets.values(), key=lambda d: d["name"])
+    elif sides := run_sidecars(path.parent):  # no input runs: the directory's runs' dataset
         dataset = json.loads(sides[0].read_text())["dataset"]
         dataset = {"name": dataset["name"], "sha256": dataset["sha256"]}
     if path.suffix == ".json":
         content = json.loads(path.read_text())
         if "dataset_sha256" in content:
             dataset = {"name": content.get("dataset"), "sha256": content["dataset_sha256"]}
+            extra.pop("datasets", None)
     return {"kind": "engram-eval/derived", "file": path.name, "sha256": sha256_file(path),
             "generator": {"path": gen, "sha256": sha256_file(package_root() / gen)},
-            "dataset": dataset, "inputs": inputs,
+            "dataset": dataset, **extra, "inputs": inputs,
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "note": "derived from the runs in this directory; see PROVENANCE.md for the command"}
 

@@ -98,3 +98,31 @@ def test_the_recorded_script_writes_the_same_sidecars(published: Path) -> None:
     bad = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True,
                          check=False)
     assert bad.returncode == 2 and "usage" in bad.stderr
+
+
+def _with_dataset(run: Path, name: str, sha: str) -> None:
+    side = Path(str(run) + ".metadata.json")
+    meta = json.loads(side.read_text())
+    meta["dataset"] = {**meta["dataset"], "name": name, "sha256": sha}
+    side.write_text(json.dumps(meta))
+
+
+def test_the_dataset_is_the_input_runs_not_the_first_run_beside_it(
+        pristine: Path, tmp_path: Path) -> None:
+    """A tune config names the dataset of the run it was tuned from, though another run of
+    another dataset sorts first in its directory; one tuned from runs of two datasets names
+    both (``datasets``) and no single ``dataset``."""
+    d = tmp_path / "lexical"
+    d.mkdir()
+    lme, loc = d / "tune_lme_stem.jsonl.gz", d / "tune_loc_stem_prefix.jsonl.gz"
+    for run, name, sha in ((lme, "lme.tune.json", "1" * 64), (loc, "loc.tune.json", "2" * 64)):
+        copy_run(pristine, run)
+        _with_dataset(run, name, sha)
+    for f in ("tune_loc_stem_prefix.yaml", "tuned_first_stage.yaml"):
+        (d / f).write_text("fusion: rrf\n")
+    assert D.describe(d / "tune_loc_stem_prefix.yaml")["dataset"] == {"name": "loc.tune.json",
+                                                                      "sha256": "2" * 64}
+    both = D.describe(d / "tuned_first_stage.yaml")
+    assert both["dataset"] is None
+    assert both["datasets"] == [{"name": "lme.tune.json", "sha256": "1" * 64},
+                                {"name": "loc.tune.json", "sha256": "2" * 64}]
