@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-from gate_sessions import NEW, S1, S2, S3
+from gate_sessions import NEW, S1, S2, S3, TRACES
 
 from engram_eval.cli import main as cli
 from engram_eval.data.records import Question
@@ -28,17 +27,9 @@ QUESTION = Question("q1", "multi-session", "How many books did Alice buy in Pari
 
 
 def _view() -> QuestionView:
-    q = QUESTION
-    traces: list[dict[str, Any]] = [
-        {"dense": 0.5, "dense_rank": 1, "bm25_turn_rank": 1, "fused": 2.0, "fused_rank": 2,
-         "reranked": True, "rerank_rank": 1, "base_raw_score": 3.0, "rerank_turn": 0},
-        {"dense": 0.2, "dense_rank": 2, "bm25_turn_rank": 2, "fused": 1.0, "fused_rank": 1,
-         "reranked": True, "rerank_rank": 2, "base_raw_score": 1.0, "rerank_turn": 0},
-        {"dense": 0.1, "dense_rank": 3, "bm25_turn_rank": None, "fused": 0.0, "fused_rank": 3,
-         "reranked": False, "rerank_rank": None},
-    ]
-    row = {"ranked_session_ids": ["s1", "s2", "s3"], "trace": {"sessions": traces}}
-    return CS.view(q, row, NEW)
+    row = {"ranked_session_ids": ["s1", "s2", "s3"],
+           "trace": {"sessions": [dict(t) for t in TRACES]}}
+    return CS.view(QUESTION, row, NEW)
 
 
 # --------------------------------------------------------------------------- the study

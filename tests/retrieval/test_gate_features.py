@@ -7,23 +7,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-from gate_sessions import NEW, S1, S2, S3
+from gate_sessions import NEW, S1, S2, S3, TRACES
 
 from engram_eval.data.records import Session
 from engram_eval.retrieval import gate_features as G
-
-TRACES: list[dict[str, Any]] = [
-    {"dense": 0.5, "dense_rank": 1, "bm25_turn_rank": 1, "fused": 2.0, "fused_rank": 2,
-     "reranked": True, "rerank_rank": 1, "base_raw_score": 3.0, "rerank_turn": 0},
-    {"dense": 0.2, "dense_rank": 2, "bm25_turn_rank": 2, "fused": 1.0, "fused_rank": 1,
-     "reranked": True, "rerank_rank": 2, "base_raw_score": 1.0, "rerank_turn": 0},
-    {"dense": 0.1, "dense_rank": 3, "bm25_turn_rank": None, "fused": 0.0, "fused_rank": 3,
-     "reranked": False, "rerank_rank": None},
-]
 
 
 def _view(text: str = "How many books did Alice buy in Paris?",

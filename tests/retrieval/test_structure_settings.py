@@ -112,24 +112,7 @@ def _select_rows(meta: dict, run: Path) -> None:
 
 
 def test_tune_over_two_parts_chooses_per_structure(tmp_path: Path) -> None:
-    _run("longmemeval_tiny.json", tmp_path, "real")  # any valid sidecar without rerank
-    runs = []
-    for name, gold, roles in (("chat", "s0", True), ("people", "s1", False)):
-        run = tmp_path / f"{name}.hand.jsonl"
-        run.write_text("".join(json.dumps(r) + "\n" for r in hand_rows(gold, roles, name)))
-        meta = json.loads(sidecar_path(tmp_path / "real.jsonl").read_text())
-        meta["config"]["people_overrides"] = {}  # one analyser for both structures
-        _select_rows(meta, run)
-        sidecar_path(run).write_text(json.dumps(meta))
-        runs.append(str(run))
-    grid = tmp_path / "g.yaml"
-    grid.write_text(yaml.safe_dump({"fusion": ["rrf"], "rrf_k": [60],
-                                    "weights": {"dense": [1], "bm25_user": [0, 1]}}))
-    out = tmp_path / "tuned.yaml"
-    assert cli.main(["tune", *runs, "--grid", str(grid), "--output", str(out),
-                     "--objective", "recall_any@1", "--folds", "2",
-                     "--protocol", "answerable"]) == 0
-    rep = json.loads(Path(str(out) + ".tuning.json").read_text())
+    cfg, rep = _two_parts(tmp_path, {}, {})  # one analyser for both structures
     chat, people = rep["structures"]["chat"], rep["structures"]["people"]
     assert chat["chosen"]["weights"] == {"dense": 1.0, "bm25_user": 0.0}
     assert people["chosen"]["weights"] == {"dense": 1.0, "bm25_user": 1.0}
@@ -138,7 +121,6 @@ def test_tune_over_two_parts_chooses_per_structure(tmp_path: Path) -> None:
     assert people["parts"][0]["run_settings_score"] == 0.0  # its own settings miss s1
     assert rep["fields"]["weight_bm25_user"] == {"chat": 0.0, "people": 1.0}
     assert rep["fields"]["weight_dense"] == {"shared": 1.0}
-    cfg = yaml.safe_load(out.read_text())
     assert cfg["weight_bm25_user"] == 0.0 and cfg["use_bm25_user"] is True
     assert cfg["people_overrides"] == {"weight_bm25_user": 1.0}
     RetrievalSettings.of(cfg)
