@@ -101,19 +101,27 @@ topm() {
   echo "== 5. the chosen runs tuned together (chat: $chat, people: $people)"
   [ -e "$OUT/topm_lme_$chat.jsonl.gz" ] || cp "$SCRATCH/topm_lme_$chat".jsonl.gz* "$OUT/"
   [ -e "$OUT/topm_loc_$people.jsonl.gz" ] || cp "$SCRATCH/topm_loc_$people".jsonl.gz* "$OUT/"
-  [ -e "$OUT/topm_first_stage.yaml" ] || "$E" tune "$OUT/topm_lme_$chat.jsonl.gz" \
-    "$OUT/topm_loc_$people.jsonl.gz" --grid benchmarks/longmemeval/tune_grid.yaml \
-    --output "$OUT/topm_first_stage.yaml" --protocol answerable --protocol locomo \
-    --combine worst-ratio --cluster id-prefix --folds 5 --seed 0 | tail -n 5
-  [ -e "$OUT/topm_heldout_config.yaml" ] || "$PY" -m engram_eval.analysis.first_stage \
-    "$OUT/topm_first_stage.yaml" "$OUT/topm_heldout_config.yaml"
+  first_stage "$OUT/topm_lme_$chat.jsonl.gz" "$OUT/topm_loc_$people.jsonl.gz" topm
   "$PY" scripts/derived_sidecars.py "$OUT"
+}
+
+first_stage() {  # CHAT_RUN PEOPLE_RUN NAME
+  # the two runs tuned together (section 14's grid, 5 folds, seed 0, folds by conversation on
+  # LoCoMo, worst-ratio) -> NAME_first_stage.yaml, and without its rerank fields ->
+  # NAME_heldout_config.yaml (the first stage to freeze)
+  local cfg="$OUT/${3}_first_stage.yaml"
+  [ -e "$cfg" ] || "$E" tune "$1" "$2" --grid benchmarks/longmemeval/tune_grid.yaml \
+    --output "$cfg" --protocol answerable --protocol locomo \
+    --combine worst-ratio --cluster id-prefix --folds 5 --seed 0 | tail -n 5
+  [ -e "$OUT/${3}_heldout_config.yaml" ] || "$PY" -m engram_eval.analysis.first_stage \
+    "$cfg" "$OUT/${3}_heldout_config.yaml"
 }
 
 people() {
   # topm for people's chats alone (the LoCoMo runs; used when the LongMemEval runs are not
-  # made): each variant's LoCoMo run tuned alone by tune_parts (the multi-run path: folds by
-  # conversation; single-run `tune` ignores --cluster) -> topm_loc_VARIANT.yaml, the choice
+  # made): each variant's LoCoMo run tuned alone by tune_parts (the multi-part report that
+  # analysis/turn_top_m.py reads; folds by conversation; when this step was run, single-run
+  # `tune` still ignored --cluster) -> topm_loc_VARIANT.yaml, the choice
   # -> turn_top_m_people.json; when it is not the baseline, the chosen run (published) tuned
   # together with section 14's chat run (results/lexical/tune_lme_stem, the chat first stage
   # unchanged) -> topm_people_first_stage.yaml, and without its rerank fields ->
@@ -135,13 +143,8 @@ print(f\"{sys.argv[2]}: in-sample {p['in_sample_score']:.4f}, CV {p['cv_estimate
   base=${VARIANTS[0]}
   if [ "$people" != "$base" ]; then
     [ -e "$OUT/topm_loc_$people.jsonl.gz" ] || cp "$SCRATCH/topm_loc_$people".jsonl.gz* "$OUT/"
-    [ -e "$OUT/topm_people_first_stage.yaml" ] || "$E" tune \
-      results/lexical/tune_lme_stem.jsonl.gz "$OUT/topm_loc_$people.jsonl.gz" \
-      --grid benchmarks/longmemeval/tune_grid.yaml \
-      --output "$OUT/topm_people_first_stage.yaml" --protocol answerable --protocol locomo \
-      --combine worst-ratio --cluster id-prefix --folds 5 --seed 0 | tail -n 5
-    [ -e "$OUT/topm_people_heldout_config.yaml" ] || "$PY" -m engram_eval.analysis.first_stage \
-      "$OUT/topm_people_first_stage.yaml" "$OUT/topm_people_heldout_config.yaml"
+    first_stage results/lexical/tune_lme_stem.jsonl.gz "$OUT/topm_loc_$people.jsonl.gz" \
+      topm_people
   fi
   "$PY" scripts/derived_sidecars.py "$OUT"
 }
