@@ -324,11 +324,19 @@ def add_subcommands(sub: Any) -> None:
 
     m = sub.add_parser("measure", formatter_class=raw,
                        help="selective-retrieval measurement of the confidence on one part",
-                       description="Measure a version-3 calibration as selective retrieval on "
-                       "one part (held-out parts only under a frozen manifest: "
-                       "--validate-only --freeze-source M first, then --frozen-source M). "
+                       description="Measure a version-3 or version-4 calibration as "
+                       "selective retrieval on one part (held-out parts only under a frozen "
+                       "manifest: --validate-only --freeze-source M first, then "
+                       "--frozen-source M), at the gate's cut-off for the part's memory shape "
+                       "(--cutoff, --min-confidence). The part is searched by production "
+                       "search, or, with --run (version 4), read from finished runs of it: "
+                       "the features their traces hold, the model of the part's shape. "
                        "Outputs are never overwritten.")
     m.add_argument("dataset")
+    m.add_argument("--run", action="append", metavar="RUN",
+                   help="a finished run of DATASET whose traced candidates and features are "
+                        "measured (repeat for the runs of one part: disjoint questions); its "
+                        "sha256 is in the manifest")
     m.add_argument("--source-root", required=True)
     m.add_argument("--dataset-label")
     m.add_argument("--output", type=output_file, help="JSON (must not exist); .png beside it")

@@ -19,8 +19,10 @@ user sessions (their dense pieces and vectors as the store persisted them):
 3. Focused-excerpt retry: a long memory the gate rejects tries one focused excerpt
    (:func:`engram_eval.retrieval.passages.select_excerpt`, at most one per memory), whatever
    the other candidates scored; the larger confidence survives.
-4. Gate: memories with confidence >= ``min_confidence``, best first (ties: ranking order), at
-   most ``limit``; possibly nothing (abstention).
+4. Gate: memories with confidence >= the cut-off (:func:`gate_cutoff`: ``min_confidence``, or
+   under ``cutoff`` 'calibrated' the one the applied calibration model records), best first
+   (ties: ranking order), at most ``limit``; possibly nothing (abstention). The response's
+   ``question["min_confidence"]`` is the cut-off applied.
 
 This code never sees gold ids: it receives memories and a query only.
 """
@@ -133,6 +135,18 @@ class Engine:
             self._calibration = cal
         return self._calibration
 
+    def model_for(self, shape: str) -> Calibration | ContextCalibration | None:
+        """The calibration model the gate applies to memories of ``shape`` (None with a
+        rerank: the confidence is then the cross-encoder's sigmoid)."""
+        if self.settings.rerank:
+            return None
+        cal = self.calibration()
+        return cal.for_shape(shape) if isinstance(cal, ShapeCalibration) else cal
+
+    def cutoff_for(self, shape: str) -> float:
+        """The gate's cut-off for memories of ``shape`` (:func:`gate_cutoff`)."""
+        return gate_cutoff(self.settings, self.model_for(shape))
+
     def encoder(self) -> Any:
         return self.holder.encoder()
 
@@ -232,6 +246,18 @@ def memory_signals(engine: Engine, query: str, now: str, memories: Sequence[Memo
                                                    "expression": window.expression}}
 
 
+def gate_cutoff(settings: ProductionSettings,
+                model: Calibration | ContextCalibration | None) -> float:
+    """The gate's cut-off: under ``cutoff`` 'calibrated', the one ``model`` (the calibration
+    model the gate applies: a version-3 file, or a version-4 file's model of the memory
+    shape) records, chosen on its training data; ``min_confidence`` under 'fixed', with a
+    rerank (no calibration), or for a model that records none (versions 1-2)."""
+    recorded = getattr(model, "cutoff", None)
+    if settings.cutoff == "calibrated" and recorded is not None:
+        return float(recorded)
+    return settings.min_confidence
+
+
 def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[Memory],
                     pieces: Sequence[tuple[int, str]], vectors: np.ndarray,
                     limit: int | None = None, min_confidence: float | None = None,
@@ -246,19 +272,15 @@ def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[
 
     s = engine.settings
     limit = s.limit if limit is None else limit
-    cut = s.min_confidence if min_confidence is None else min_confidence
     if not memories:
         return SearchResponse((), (), {"query": query, "now": now, "time_window": None})
     sig = memory_signals(engine, query, now, memories, pieces, vectors)
     cands = sig["order"][: s.candidates]
-    cal_file = None if s.rerank else engine.calibration()
     shape_used = None
-    cal: Calibration | ContextCalibration | None
-    if isinstance(cal_file, ShapeCalibration):
+    if not s.rerank and isinstance(engine.calibration(), ShapeCalibration):
         shape_used = shape if shape is not None else corpus_shape(memory_sessions(memories))
-        cal = cal_file.for_shape(shape_used)
-    else:
-        cal = cal_file
+    cal = engine.model_for(shape_used or "short")
+    cut = gate_cutoff(s, cal) if min_confidence is None else min_confidence
 
     scored: dict[tuple[str, str], float] = dict(sig.get("cross_pairs") or {})
 

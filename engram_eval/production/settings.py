@@ -4,8 +4,8 @@
 (the one place where a retrieval default or bound lives), so production search ranks with the
 package's default pipeline unless told otherwise (one exception: the rerank stage is off, see
 the field), and adds the gate: how many candidates get
-a confidence, the focused-excerpt retry, the result limit and the confidence cut-off, and the
-calibration file.
+a confidence, the focused-excerpt retry, the result limit, the confidence cut-off (fixed, or
+the one the calibration records) and the calibration file.
 
 The published production runs (results/production/) were made under the settings they
 record, in the older flat layout (``piece_words``, ``weight_bm25``, reciprocal-rank fusion of
@@ -72,8 +72,10 @@ def data_file(path: str | Path) -> Path:
 #: Gate fields (not retrieval settings). The excerpt retry changes confidences, so a
 #: calibration depends on it; the others only cut what is returned.
 GATE_FIELDS = ("candidates", "excerpt_retry", "excerpt_max_words", "limit", "min_confidence",
-               "calibration")
-_NOT_CALIBRATED = ("candidates", "limit", "min_confidence", "calibration")
+               "cutoff", "calibration")
+_NOT_CALIBRATED = ("candidates", "limit", "min_confidence", "cutoff", "calibration")
+#: A gate field a record predates -> the value that reproduces what it was made with.
+GATE_LEGACY = {"cutoff": "fixed"}
 
 #: The older flat record (published runs, calibration_v1.json) -> these field names.
 _LEGACY_NAMES = {"piece_words": "dense_piece_words", "piece_overlap": "dense_piece_overlap",
@@ -122,7 +124,13 @@ class ProductionSettings(RetrievalSettings):
                                 hi=2000)
     limit: int = _f(3, "result limit", group=GATE_GROUP, lo=1, hi=10000)
     min_confidence: float = _f(0.6, "confidence cut-off (a relevance threshold, not a "
-                               "probability of correctness)", group=GATE_GROUP, lo=0.0, hi=1.0)
+                               "probability of correctness) under --cutoff fixed, and where "
+                               "the calibration records none", group=GATE_GROUP, lo=0.0, hi=1.0)
+    cutoff: str = _f("fixed", "where the gate's cut-off comes from: 'calibrated' = the one the "
+                     "calibration file records for the model it applies (version 3, and per "
+                     "memory shape version 4: chosen on its training data for a stated "
+                     "precision), min_confidence where it records none; 'fixed' = "
+                     "min_confidence", group=GATE_GROUP, choices=("fixed", "calibrated"))
     calibration: str = _f("", "calibration file of the offline confidence; '' = the "
                           "packaged default (DEFAULT_CALIBRATION: "
                           "engram_eval/production/data/calibration_v2.json)", group=GATE_GROUP)
@@ -155,4 +163,4 @@ class ProductionSettings(RetrievalSettings):
         unknown = sorted(set(d) - names)
         if unknown:
             raise ConfigError(f"production settings: unknown field(s) {unknown}")
-        return cls(**d)
+        return cls(**{**GATE_LEGACY, **d})

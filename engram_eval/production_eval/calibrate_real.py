@@ -74,7 +74,7 @@ import numpy as np
 from engram_eval.data.records import corpus_shape
 from engram_eval.errors import ConfigError
 from engram_eval.io import sha256_file, sha256_json
-from engram_eval.production.confidence import CALIBRATION_KIND
+from engram_eval.production.confidence import CALIBRATION_KIND, ShapeCalibration
 from engram_eval.production.features import (
     DEFAULT_FEATURE_SET,
     FEATURES_V3,
@@ -731,11 +731,13 @@ def fit_shapes(parts: Sequence[PartData], engine: Engine, *,
 # --------------------------------------------------------------------------- measurement
 
 
-def measure(engine: Engine, path: str | Path, *, cutoff: float, bins: int = 15,
+def measure(engine: Engine, path: str | Path, *, cutoff: float | None = None, bins: int = 15,
             resamples: int = 2000, seed: int = 0, max_questions: int | None = None,
             on_question: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """The gate under ``engine``'s calibration over ``path``: per-question top results and
-    the selective-retrieval metrics with bootstrap intervals (module docstring)."""
+    """The gate under ``engine``'s calibration over ``path``, searched by production search:
+    per-question top results and the selective-retrieval metrics with bootstrap intervals
+    (module docstring). ``cutoff``: None = the gate's own for the data's memory shape
+    (:meth:`~engram_eval.production.search.Engine.cutoff_for`)."""
     from engram_eval.data.datasets import load_questions, resolve_format
 
     t0 = time.time()
@@ -743,7 +745,9 @@ def measure(engine: Engine, path: str | Path, *, cutoff: float, bins: int = 15,
     _, loaded = load_questions(path, fmt)
     qs = list(loaded)[:max_questions] if max_questions else list(loaded)
     top = []
+    shapes = set()
     for n, sq in enumerate(session_questions(engine, qs, fmt)):
+        shapes.add(sq.shape)
         resp = search_all(engine, sq)
         best = sorted(resp.candidates, key=lambda c: (-c["confidence"], c["fused_rank"]))
         gold = set(sq.gold)  # read only after search returned
@@ -760,9 +764,60 @@ def measure(engine: Engine, path: str | Path, *, cutoff: float, bins: int = 15,
                         "confidence": 0.0, "correct": 0})
         if on_question is not None:
             on_question(n)
+    if cutoff is None:
+        cuts = {engine.cutoff_for(sh) for sh in shapes} or {engine.settings.min_confidence}
+        if len(cuts) > 1:
+            raise ConfigError(f"{path}: its questions' memory shapes {sorted(shapes)} have "
+                              f"different cut-offs {sorted(cuts)}; measure each shape apart")
+        cutoff = cuts.pop()
+    return {"dataset": {"name": Path(path).name, "sha256": sha256_file(path), "format": fmt},
+            **selective_measurement(top, fmt, cutoff, bins=bins, resamples=resamples,
+                                    seed=seed, max_questions=max_questions),
+            "wall_seconds": round(time.time() - t0, 2)}
+
+
+def measure_runs(cal: ShapeCalibration, run_paths: Sequence[str | Path], path: str | Path, *,
+                 cutoff: float | None = None, cutoff_rule: str = "calibrated",
+                 bins: int = 15, resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """A version-4 calibration over finished runs of ``path`` (one part; held-out parts are
+    the caller's to guard): each question's candidates and features as the runs traced them
+    (:func:`extract_runs`, computed from the traces for runs made before the pipeline traced
+    features), the model of the part's memory shape, then the selective-retrieval metrics of
+    :func:`measure`. ``cutoff``: None = the model's recorded one under ``cutoff_rule``
+    'calibrated' (else ConfigError: a fixed cut-off must be given)."""
+    from engram_eval.data.datasets import resolve_format
+
+    t0 = time.time()
+    part = extract_runs(Path(path).name, run_paths, path, check_heldout=False)
+    assert part.shape is not None
+    model = cal.for_shape(part.shape)
+    if cutoff is None:
+        if cutoff_rule != "calibrated" or model.cutoff is None:
+            raise ConfigError(f"{cal.path}: model {part.shape!r} records no cut-off to apply; "
+                              "give one")
+        cutoff = model.cutoff
+    conf = [model.confidences(np.asarray(r["x"], dtype=float)) if len(r["candidates"])
+            else np.zeros(0) for r in part.records]
+    top = _top(part.records, conf)
+    for t, r in zip(top, part.records, strict=True):
+        t["gold"] = r["gold"]
+    fmt = resolve_format(path, "auto")
+    return {"dataset": {"name": Path(path).name, "sha256": part.sha256, "format": fmt},
+            "shape": part.shape, "runs": (part.selection or {}).get("runs"),
+            **selective_measurement(top, fmt, cutoff, bins=bins, resamples=resamples,
+                                    seed=seed, max_questions=None),
+            "wall_seconds": round(time.time() - t0, 2)}
+
+
+def selective_measurement(top: list[dict[str, Any]], fmt: str, cutoff: float, *, bins: int,
+                          resamples: int, seed: int, max_questions: int | None
+                          ) -> dict[str, Any]:
+    """The selective-retrieval metrics of per-question top results (``confidence``,
+    ``correct``, ``unanswerable``) at ``cutoff``, with bootstrap intervals by question, or
+    by whole conversation on LoCoMo."""
     conf = np.asarray([t["confidence"] for t in top])
     corr = np.asarray([t["correct"] for t in top])
-    una = np.asarray([t["unanswerable"] for t in top])
+    una = np.asarray([t["unanswerable"] for t in top], dtype=bool)
     summary = summarise(top, bins=bins)
 
     # LoCoMo: whole conversations resampled (their questions are not independent)
@@ -792,8 +847,7 @@ def measure(engine: Engine, path: str | Path, *, cutoff: float, bins: int = 15,
             lambda ix: ((conf[ix] >= cutoff) & (corr[ix] == 1), conf[ix] >= cutoff))),
     }
     curve = S.risk_coverage(conf.tolist(), corr.tolist())
-    return {"dataset": {"name": Path(path).name, "sha256": sha256_file(path), "format": fmt},
-            "max_questions": max_questions, "bins": bins,
+    return {"max_questions": max_questions, "bins": bins, "cutoff": cutoff,
             "bootstrap": ({"resamples": resamples, "seed": seed, "unit": "question",
                            "note": "questions resampled with replacement"}
                           if groups is None else
@@ -803,8 +857,7 @@ def measure(engine: Engine, path: str | Path, *, cutoff: float, bins: int = 15,
                                    "cluster bootstrap); with few conversations the interval "
                                    "is coarse"}),
             "summary": summary, "at_cutoff": cut, "intervals": intervals,
-            "risk_coverage": curve, "questions": top,
-            "wall_seconds": round(time.time() - t0, 2)}
+            "risk_coverage": curve, "questions": top}
 
 
 def plot(doc: dict[str, Any], path: str | Path, title: str) -> bytes:

@@ -416,8 +416,10 @@ def _sources(root: Path) -> dict[str, str]:
 def measure(args: argparse.Namespace, engine: Engine) -> int:
     """The selective-retrieval measurement of the production confidence on one part
     (held-out parts only under a frozen manifest; outputs are never overwritten)."""
+    from engram_eval.data.datasets import load_questions
+    from engram_eval.data.records import corpus_shape
     from engram_eval.errors import ConfigError, ProvenanceError
-    from engram_eval.io import dump_json, exclusive_write
+    from engram_eval.io import dump_json, exclusive_write, sha256_file
     from engram_eval.production.confidence import ContextCalibration, ShapeCalibration
     from engram_eval.production_eval import calibrate_real as C
     from engram_eval.production_eval.runner import effective_settings
@@ -428,8 +430,23 @@ def measure(args: argparse.Namespace, engine: Engine) -> int:
     cal = engine.calibration()
     if not isinstance(cal, ContextCalibration | ShapeCalibration):
         raise ConfigError(f"{cal.path}: measure needs a version-3 or version-4 calibration")
+    runs = list(args.run or [])
+    if runs and not isinstance(cal, ShapeCalibration):
+        raise ConfigError(f"{cal.path}: --run needs a version-4 calibration (its models read "
+                          "the features the runs traced)")
+    if runs and args.max_questions:
+        raise ConfigError("--run measures every question of the runs: drop --max-questions")
+    # the cut-off the gate applies to this data's memory shape (one per part)
+    shapes = {corpus_shape(q.sessions) for q in load_questions(args.dataset)[1]}
+    cuts = {engine.cutoff_for(sh) for sh in shapes}
+    if len(cuts) != 1:
+        raise ConfigError(f"{args.dataset}: memory shapes {sorted(shapes)} with cut-offs "
+                          f"{sorted(cuts)}: measure one shape per part")
+    cutoff = cuts.pop()
     params = {"bins": args.bins, "resamples": args.resamples, "seed": args.seed,
-              "cutoff": engine.settings.min_confidence, "max_questions": args.max_questions}
+              "cutoff": cutoff, "max_questions": args.max_questions}
+    if runs:  # the runs are the measured input as much as the data: their hashes are frozen
+        params["runs"] = {Path(r).name: sha256_file(r) for r in runs}
     manifest = F.build_manifest(runner=MEASURE_RUNNER, input_path=args.dataset, input_kind="dataset",
                                 sources=_sources(root), models=engine.models(),
                                 settings={**effective_settings(engine, root), "measure": params},
@@ -466,10 +483,15 @@ def measure(args: argparse.Namespace, engine: Engine) -> int:
                                 output=str(out), started_at=started, key=key)
     else:
         label = "development measurement (not a held-out part)"
-    doc = C.measure(engine, args.dataset, cutoff=engine.settings.min_confidence,
-                    bins=args.bins, resamples=args.resamples, seed=args.seed,
-                    max_questions=args.max_questions,
-                    on_question=_progress(Path(args.dataset).name))
+    if runs:
+        assert isinstance(cal, ShapeCalibration)
+        doc = C.measure_runs(cal, runs, args.dataset, cutoff=cutoff, bins=args.bins,
+                             resamples=args.resamples, seed=args.seed)
+    else:
+        doc = C.measure(engine, args.dataset, cutoff=cutoff, bins=args.bins,
+                        resamples=args.resamples, seed=args.seed,
+                        max_questions=args.max_questions,
+                        on_question=_progress(Path(args.dataset).name))
     after = F.build_manifest(runner=MEASURE_RUNNER, input_path=args.dataset, input_kind="dataset",
                              sources=_sources(root), models=engine.models(),
                              settings={**effective_settings(engine, root), "measure": params})

@@ -71,7 +71,14 @@ DATASET_FIELDS = ("path", "name", "size", "sha256")
 SELECTION_FIELDS = ("question_ids", "limit", "n", "ids", "shard", "questions")
 #: :func:`environment`.
 ENVIRONMENT_FIELDS = ("python", "implementation", "platform", "machine", "processor",
-                      "cpu_count", "hostname")
+                      "cpu_count", "hostname", "cpu")
+#: The CPU's vector instructions that decide which kernels ONNX Runtime dispatches to (x86:
+#: AVX2, AVX-512, VNNI, AMX; ARM: the dot-product and i8mm instructions). Other kernels round
+#: float sums differently in the last bit, and a dynamically quantised (int8) model can turn
+#: that into another int8 step of an activation: an int8 reranker's scores move by up to
+#: ~1e-2 on a CPU with another set, so ``verify --rerun`` names both sets.
+VECTOR_CPU_FLAGS = ("fma", "avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni",
+                    "avx_vnni_int8", "amx_int8", "asimddp", "i8mm")
 #: An entry of ``runs`` (:func:`record_run`): a fresh run or a resume (the runner, with its
 #: executor's ``describe()``: ``executor``, and for Ray ``workers`` and ``ray_address``) or a
 #: merge (``shards``).
@@ -152,7 +159,29 @@ def environment() -> dict[str, Any]:
     return {"python": sys.version.split()[0], "implementation": platform.python_implementation(),
             "platform": platform.platform(), "machine": platform.machine(),
             "processor": platform.processor(), "cpu_count": os.cpu_count(),
-            "hostname": socket.gethostname()}
+            "hostname": socket.gethostname(), "cpu": cpu()}
+
+
+def cpu(cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, Any]:
+    """``{"model": ..., "vector_flags": [...]}``: the CPU's model name and which of
+    :data:`VECTOR_CPU_FLAGS` it has, from ``cpuinfo`` (Linux); ``vector_flags`` is None where
+    the file cannot be read (unknown, not empty)."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {"model": platform.processor() or None, "vector_flags": None}
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            if fields:
+                break  # the first processor's block is enough
+            continue
+        fields.setdefault(key.strip(), value.strip())
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    return {"model": fields.get("model name") or fields.get("CPU part")
+            or platform.processor() or None,
+            "vector_flags": [f for f in VECTOR_CPU_FLAGS if f in flags]}
 
 
 def fingerprint_of(meta: Mapping[str, Any]) -> str:

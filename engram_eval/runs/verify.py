@@ -547,13 +547,38 @@ def check_rerun(rep: VerifyReport, meta: Mapping[str, Any], rows: Sequence[Mappi
                          if n.startswith("source hashes match the installed") and status != OK]
                 rep.add(name, False, f"question {qid!r}: {problem}" + (
                     " (the installed code differs from the run's recorded sources; see the "
-                    "source check)" if stale else ""))
+                    "source check)" if stale else "") + _int8_cpu_note(meta))
                 return
     except EngramEvalError as e:
         rep.add(name, False, str(e))
         return
     rep.add(name, True, f"{', '.join(sample)}: same rankings; largest score difference "
             f"{worst:.3g}")
+
+
+def _int8_cpu_note(meta: Mapping[str, Any]) -> str:
+    """For a run reranked by an int8 ONNX cross-encoder on a CPU whose vector instructions
+    (:data:`~engram_eval.provenance.sidecar.VECTOR_CPU_FLAGS`) differ from this one's, or were
+    not recorded (sidecars before they were): why its scores may not reproduce here. Empty
+    otherwise."""
+    from engram_eval.provenance.sidecar import cpu
+
+    config = meta.get("config") or {}
+    if not (config.get("rerank") and config.get("reranker_backend") == "onnx"
+            and config.get("reranker_precision") == "int8"):
+        return ""
+    recorded = ((meta.get("environment") or {}).get("cpu") or {}).get("vector_flags")
+    here = cpu()["vector_flags"]
+    if recorded is not None and here is not None and sorted(recorded) == sorted(here):
+        return ""
+
+    def shown(flags: Any) -> str:
+        return "not recorded" if flags is None else ", ".join(flags) or "none"
+
+    return (f" (the run reranked with an int8 ONNX cross-encoder: ONNX Runtime picks its "
+            f"kernels by the CPU's vector instructions, and dynamic quantisation can turn their "
+            f"last-bit differences into other scores; vector instructions: the run's "
+            f"{shown(recorded)}, this CPU's {shown(here)}; re-check on a CPU with the run's)")
 
 
 SOURCES_INSTALLED = "source hashes match the installed package"

@@ -449,3 +449,81 @@ def test_the_command_fits_v4_from_runs_with_its_selective_report(
     full = json.loads(rep.read_text())["shapes"]["chat"]["selective_out_of_fold"]["lme"]
     assert "risk_coverage" not in m["selective_out_of_fold"]["lme"]["all"]
     assert full["all"]["risk_coverage"][-1]["coverage"] == 1.0
+
+
+def test_the_gate_cutoff_is_the_recorded_one_only_when_asked() -> None:
+    """--cutoff calibrated applies the cut-off the applied model records (min_confidence
+    where it records none, and with a rerank: no model); fixed, and every record made before
+    the field existed, applies min_confidence."""
+    import dataclasses
+
+    from engram_eval.production.search import gate_cutoff
+    from engram_eval.production.settings import ProductionSettings
+
+    @dataclasses.dataclass
+    class Model:
+        cutoff: float | None
+
+    s = ProductionSettings(min_confidence=0.6)
+    cal = dataclasses.replace(s, cutoff="calibrated")
+    assert gate_cutoff(s, Model(0.83)) == 0.6  # type: ignore[arg-type]
+    assert gate_cutoff(cal, Model(0.83)) == 0.83  # type: ignore[arg-type]
+    assert gate_cutoff(cal, Model(None)) == gate_cutoff(cal, None) == 0.6  # type: ignore[arg-type]
+    old = {k: v for k, v in cal.to_json().items() if k != "cutoff"}
+    assert ProductionSettings.from_recorded(old).cutoff == "fixed"
+    assert ProductionSettings.from_recorded(cal.to_json()).cutoff == "calibrated"
+
+
+def test_measure_reads_a_v4_calibration_over_runs_at_the_shapes_cutoff(
+        tiny_embedding_model: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """production measure DATA --run RUN: each question's top candidate by the chat model's
+    confidence over the features the run traced, at the cut-off the model records (under
+    --cutoff calibrated) or min_confidence (fixed); the run's sha256 is in the manifest; a
+    v3 calibration or --max-questions with --run is refused."""
+    from engram_eval.cli.production import main
+    from engram_eval.io import sha256_file
+    from engram_eval.production.confidence import load_calibration
+    from engram_eval.production_eval import calibrate_real as C
+
+    data = REPO / "fixtures" / "longmemeval_tiny.json"
+    run = _tiny_run(tmp_path, data)
+    cal = tmp_path / "cal.json"
+    common = ["--no-cache", "--no-excerpt-retry", "--embedding-model", tiny_embedding_model]
+    assert main(["calibrate-sessions", "--per-shape", "--feature-set", "v4", "--run",
+                 f"lme={run}", "--run-data", f"lme={data}", "--folds", "2", "--min-returned",
+                 "1", "--target-precision", "0.5", "--mapping", "platt", "--output", str(cal),
+                 *common]) == 0
+    model = load_calibration(cal).for_shape("chat")  # type: ignore[union-attr]
+    assert model.cutoff is not None
+    base = ["measure", str(data), "--run", str(run), "--source-root", str(REPO),
+            "--dataset-label", "tiny", "--calibration", str(cal), "--resamples", "20", *common]
+    out = {rule: tmp_path / f"{rule}.json" for rule in ("calibrated", "fixed")}
+    for rule, path in out.items():
+        assert main([*base, "--cutoff", rule, "--min-confidence", "0.4",
+                     "--output", str(path)]) == 0
+    docs = {rule: json.loads(p.read_text()) for rule, p in out.items()}
+    assert docs["calibrated"]["cutoff"] == model.cutoff and docs["fixed"]["cutoff"] == 0.4
+    part = C.extract_runs("p", [run], data)
+    for doc in docs.values():
+        assert doc["shape"] == "chat"
+        assert doc["manifest"]["settings"]["measure"]["runs"] == {run.name: sha256_file(run)}
+        for t, rec in zip(doc["questions"], part.records, strict=True):
+            conf = model.confidences(rec["x"])
+            i = int(np.argmax(conf))
+            assert (t["question_id"], t["top"]) == (rec["question_id"], rec["candidates"][i])
+            assert t["confidence"] == pytest.approx(conf[i], abs=1e-12)
+            assert t["correct"] == int(not rec["unanswerable"] and t["top"] in rec["gold"])
+        returned = [t for t in doc["questions"] if t["confidence"] >= doc["cutoff"]]
+        assert doc["at_cutoff"]["returned"] == len(returned)
+    refused = tmp_path / "refused.json"
+    capsys.readouterr()
+    assert main([*base, "--max-questions", "2", "--output", str(refused)]) == 2
+    assert "drop --max-questions" in capsys.readouterr().err
+    v3 = json.loads((REPO / "engram_eval/production/data/calibration_v3_chat.json").read_text())
+    v3["embedding_model"] = json.loads(cal.read_text())["embedding_model"]
+    v3["settings"] = json.loads(cal.read_text())["settings"]
+    (tmp_path / "v3.json").write_text(json.dumps(v3))
+    assert main([*base, "--calibration", str(tmp_path / "v3.json"), "--output",
+                 str(refused)]) == 2
+    assert "--run needs a version-4 calibration" in capsys.readouterr().err
+    assert not refused.exists()

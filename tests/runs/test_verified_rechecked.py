@@ -510,3 +510,43 @@ def test_rerun_rebuilds_a_run_that_predates_a_field_with_its_legacy_value(
                config={k: v for k, v in meta["config"].items() if k not in LEGACY_VALUES})
     assert V.rerun_retriever(old).settings.people_overrides == {}
     assert V.rerun_retriever(meta).settings.people_overrides == meta["config"]["people_overrides"]
+
+
+X86_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC
+flags\t\t: fpu sse4_2 avx f16c avx2 fma
+
+processor\t: 1
+model name\t: another block, not read
+flags\t\t: avx512_vnni
+"""
+
+
+def test_cpu_records_the_vector_instructions_of_the_first_processor(tmp_path: Path) -> None:
+    from engram_eval.provenance.sidecar import VECTOR_CPU_FLAGS, cpu
+
+    info = tmp_path / "cpuinfo"
+    info.write_text(X86_CPUINFO)
+    assert cpu(info) == {"model": "AMD EPYC", "vector_flags": ["fma", "avx2"]}
+    info.write_text("model name\t: x\nflags\t\t: " + " ".join(reversed(VECTOR_CPU_FLAGS)) + "\n")
+    assert cpu(info)["vector_flags"] == list(VECTOR_CPU_FLAGS)  # in the constant's order
+    assert cpu(tmp_path / "absent")["vector_flags"] is None  # unknown, not "none"
+
+
+def test_a_failed_int8_rerun_names_both_cpus_vector_instructions(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from engram_eval.provenance import sidecar as S
+
+    monkeypatch.setattr(S, "cpu", lambda: {"model": "here", "vector_flags": ["avx2"]})
+    int8 = {"rerank": True, "reranker_backend": "onnx", "reranker_precision": "int8"}
+    unrecorded = {"config": int8, "environment": {}}
+    note = V._int8_cpu_note(unrecorded)
+    assert "the run's not recorded, this CPU's avx2;" in note and "int8 ONNX" in note
+    other = {"config": int8, "environment": {"cpu": {"vector_flags": ["avx2", "avx512_vnni"]}}}
+    assert "the run's avx2, avx512_vnni, this CPU's avx2;" in V._int8_cpu_note(other)
+    same = {"config": int8, "environment": {"cpu": {"vector_flags": ["avx2"]}}}
+    assert V._int8_cpu_note(same) == ""
+    for precision in ("fp32", "fp16"):
+        assert V._int8_cpu_note({"config": {**int8, "reranker_precision": precision}}) == ""
+    assert V._int8_cpu_note({"config": {**int8, "rerank": False}}) == ""
