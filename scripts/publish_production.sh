@@ -15,7 +15,7 @@ SWEEP_ARGS="${SWEEP_ARGS:-}"
 source "$(dirname "$0")/_publish_lib.sh"  # ENGRAM_EVAL (E), PUBLISH_PYTHON (PY), refuse_existing
 B=benchmarks/production_retrieval
 # The published runs were made under these recorded settings (calibration_v1.json was fitted
-# under them); the package defaults have moved on (calibration_v2.json), so every step names them.
+# under them); the package defaults have moved on (calibration_v4.json), so every step names them.
 SETTINGS="--settings engram_eval/production/data/settings_v1.json"
 mkdir -p "$OUT"
 echo "== calibration report (coefficients file must be unchanged by the refit)"

@@ -240,8 +240,9 @@ def add_subcommands(sub: Any) -> None:
                        "of a development fixture; write the calibration file and, with "
                        "--report, a report and a reliability plot beside it. The published "
                        "runs' calibration_v1.json was fitted under --settings "
-                       "engram_eval/production/data/settings_v1.json; the default "
-                       "calibration_v2.json under the package defaults.")
+                       "engram_eval/production/data/settings_v1.json; "
+                       "calibration_v2.json under engram_eval/production/data/settings_v2.json "
+                       "(the defaults until calibration v4).")
     c.add_argument("--fixture", required=True, help="development fixture JSON")
     c.add_argument("--output", required=True, type=output_file,
                    help="calibration JSON (the package file)")
@@ -334,9 +335,9 @@ def add_subcommands(sub: Any) -> None:
                        "Outputs are never overwritten.")
     m.add_argument("dataset")
     m.add_argument("--run", action="append", metavar="RUN",
-                   help="a finished run of DATASET whose traced candidates and features are "
-                        "measured (repeat for the runs of one part: disjoint questions); its "
-                        "sha256 is in the manifest")
+                   help="a finished run of DATASET whose traced candidates (the first "
+                        "--candidates) and features are measured (repeat for the runs of one "
+                        "part: disjoint questions); its sha256 is in the manifest")
     m.add_argument("--source-root", required=True)
     m.add_argument("--dataset-label")
     m.add_argument("--output", type=output_file, help="JSON (must not exist); .png beside it")

@@ -40,7 +40,13 @@ def _pinned(name: str, value: Any) -> Any:
               hi=meta["hi"], cli=meta["cli"], hidden=meta["hidden"])
 
 
-DEFAULT_CALIBRATION = "engram_eval/production/data/calibration_v2.json"
+#: The package default gate: calibration v4, one model per memory shape (PROVENANCE.md
+#: section 17), with the cut-off each model records (``cutoff`` 'calibrated') and no excerpt
+#: retry (it was fitted without one).
+DEFAULT_CALIBRATION = "engram_eval/production/data/calibration_v4.json"
+#: The default before it (calibration v2, fitted on the synthetic dev fixture): these
+#: settings reproduce it (``--settings`` this file).
+RECORDED_SETTINGS_V2 = "engram_eval/production/data/settings_v2.json"
 #: The settings the published production runs recorded (older flat layout; pass them with
 #: ``--settings``) and the calibration fitted under them, which those settings name.
 RECORDED_SETTINGS_V1 = "engram_eval/production/data/settings_v1.json"
@@ -118,22 +124,25 @@ class ProductionSettings(RetrievalSettings):
     people_overrides: dict = _pinned("people_overrides", PRODUCTION_PEOPLE)
     candidates: int = _f(10, "memories, best first after the retrieval pipeline, that get a "
                          "confidence", group=GATE_GROUP, lo=1, hi=10000)
-    excerpt_retry: bool = _f(True, "a candidate the gate rejects tries one focused excerpt; "
-                             "the larger confidence survives", group=GATE_GROUP)
+    excerpt_retry: bool = _f(False, "a candidate the gate rejects tries one focused excerpt; "
+                             "the larger confidence survives (calibration v2 was fitted with "
+                             "it, v4 without)", group=GATE_GROUP)
     excerpt_max_words: int = _f(160, "excerpt length limit in words", group=GATE_GROUP, lo=8,
                                 hi=2000)
     limit: int = _f(3, "result limit", group=GATE_GROUP, lo=1, hi=10000)
     min_confidence: float = _f(0.6, "confidence cut-off (a relevance threshold, not a "
                                "probability of correctness) under --cutoff fixed, and where "
                                "the calibration records none", group=GATE_GROUP, lo=0.0, hi=1.0)
-    cutoff: str = _f("fixed", "where the gate's cut-off comes from: 'calibrated' = the one the "
+    cutoff: str = _f("calibrated", "where the gate's cut-off comes from: 'calibrated' = the one the "
                      "calibration file records for the model it applies (version 3, and per "
                      "memory shape version 4: chosen on its training data for a stated "
                      "precision), min_confidence where it records none; 'fixed' = "
                      "min_confidence", group=GATE_GROUP, choices=("fixed", "calibrated"))
     calibration: str = _f("", "calibration file of the offline confidence; '' = the "
                           "packaged default (DEFAULT_CALIBRATION: "
-                          "engram_eval/production/data/calibration_v2.json)", group=GATE_GROUP)
+                          "engram_eval/production/data/calibration_v4.json; the former "
+                          "default v2 with --settings "
+                          "engram_eval/production/data/settings_v2.json)", group=GATE_GROUP)
 
     def to_json(self) -> dict[str, Any]:
         """Every field but the runtime ones (batch size, cache)."""

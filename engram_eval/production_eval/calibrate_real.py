@@ -778,18 +778,24 @@ def measure(engine: Engine, path: str | Path, *, cutoff: float | None = None, bi
 
 def measure_runs(cal: ShapeCalibration, run_paths: Sequence[str | Path], path: str | Path, *,
                  cutoff: float | None = None, cutoff_rule: str = "calibrated",
-                 bins: int = 15, resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+                 candidates: int | None = None, bins: int = 15, resamples: int = 2000,
+                 seed: int = 0) -> dict[str, Any]:
     """A version-4 calibration over finished runs of ``path`` (one part; held-out parts are
     the caller's to guard): each question's candidates and features as the runs traced them
     (:func:`extract_runs`, computed from the traces for runs made before the pipeline traced
     features), the model of the part's memory shape, then the selective-retrieval metrics of
-    :func:`measure`. ``cutoff``: None = the model's recorded one under ``cutoff_rule``
-    'calibrated' (else ConfigError: a fixed cut-off must be given)."""
+    :func:`measure`. ``candidates``: at most that many per question, best ranked first (the
+    depth the model was fitted at). ``cutoff``: None = the model's recorded one under
+    ``cutoff_rule`` 'calibrated' (else ConfigError: a fixed cut-off must be given)."""
     from engram_eval.data.datasets import resolve_format
 
     t0 = time.time()
     part = extract_runs(Path(path).name, run_paths, path, check_heldout=False)
     assert part.shape is not None
+    if candidates is not None:
+        for r in part.records:
+            r["candidates"] = r["candidates"][:candidates]
+            r["x"], r["y"] = r["x"][:candidates], r["y"][:candidates]
     model = cal.for_shape(part.shape)
     if cutoff is None:
         if cutoff_rule != "calibrated" or model.cutoff is None:
@@ -804,6 +810,7 @@ def measure_runs(cal: ShapeCalibration, run_paths: Sequence[str | Path], path: s
     fmt = resolve_format(path, "auto")
     return {"dataset": {"name": Path(path).name, "sha256": part.sha256, "format": fmt},
             "shape": part.shape, "runs": (part.selection or {}).get("runs"),
+            "candidates_per_question": candidates,
             **selective_measurement(top, fmt, cutoff, bins=bins, resamples=resamples,
                                     seed=seed, max_questions=None),
             "wall_seconds": round(time.time() - t0, 2)}

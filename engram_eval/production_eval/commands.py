@@ -485,7 +485,8 @@ def measure(args: argparse.Namespace, engine: Engine) -> int:
         label = "development measurement (not a held-out part)"
     if runs:
         assert isinstance(cal, ShapeCalibration)
-        doc = C.measure_runs(cal, runs, args.dataset, cutoff=cutoff, bins=args.bins,
+        doc = C.measure_runs(cal, runs, args.dataset, cutoff=cutoff,
+                             candidates=engine.settings.candidates, bins=args.bins,
                              resamples=args.resamples, seed=args.seed)
     else:
         doc = C.measure(engine, args.dataset, cutoff=cutoff, bins=args.bins,

@@ -59,12 +59,13 @@ def test_options_build_the_settings() -> None:
     """Options override the package defaults, and a --settings record (named at the data
     file's place before the move, as published commands name it) before them."""
     args = _parser().parse_args(["run", "--fixture", "f", "--source-root", ".",
-                                 "--min-confidence", "0.3", "--no-excerpt-retry",
-                                 "--rerank", "--limit", "7"])
+                                 "--min-confidence", "0.3", "--excerpt-retry",
+                                 "--rerank", "--limit", "7", "--cutoff", "fixed"])
     s = CP.settings_from(args)
-    assert (s.min_confidence, s.excerpt_retry, s.rerank, s.limit) == (0.3, False, True, 7)
-    assert s.replace(min_confidence=0.6, excerpt_retry=True, rerank=False,
-                     limit=3) == ProductionSettings()
+    assert (s.min_confidence, s.excerpt_retry, s.rerank, s.limit, s.cutoff) == (
+        0.3, True, True, 7, "fixed")
+    assert s.replace(min_confidence=0.6, excerpt_retry=False, rerank=False, limit=3,
+                     cutoff="calibrated") == ProductionSettings()
     old = _parser().parse_args(["run", "--fixture", "f", "--source-root", ".", "--settings",
                                 "engram_eval/production/settings_v1.json", "--limit", "5"])
     new = _parser().parse_args(["run", "--fixture", "f", "--source-root", ".", "--settings",

@@ -196,7 +196,8 @@ def test_fit_refuses_excerpt_retry(tiny_embedding_model):
 
     with pytest.raises(ConfigError, match="excerpt_retry"):
         C.fit([_synthetic_part("a", 0)],
-              Engine(ProductionSettings(embedding_model=tiny_embedding_model)))
+              Engine(ProductionSettings(embedding_model=tiny_embedding_model,
+                                        excerpt_retry=True)))
 
 
 def test_choose_cutoff_smallest_meeting_target_on_every_part():

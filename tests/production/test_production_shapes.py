@@ -464,8 +464,9 @@ def test_the_gate_cutoff_is_the_recorded_one_only_when_asked() -> None:
     class Model:
         cutoff: float | None
 
-    s = ProductionSettings(min_confidence=0.6)
+    s = ProductionSettings(min_confidence=0.6, cutoff="fixed")
     cal = dataclasses.replace(s, cutoff="calibrated")
+    assert ProductionSettings().cutoff == "calibrated"  # the package default
     assert gate_cutoff(s, Model(0.83)) == 0.6  # type: ignore[arg-type]
     assert gate_cutoff(cal, Model(0.83)) == 0.83  # type: ignore[arg-type]
     assert gate_cutoff(cal, Model(None)) == gate_cutoff(cal, None) == 0.6  # type: ignore[arg-type]
@@ -504,6 +505,12 @@ def test_measure_reads_a_v4_calibration_over_runs_at_the_shapes_cutoff(
     docs = {rule: json.loads(p.read_text()) for rule, p in out.items()}
     assert docs["calibrated"]["cutoff"] == model.cutoff and docs["fixed"]["cutoff"] == 0.4
     part = C.extract_runs("p", [run], data)
+    assert main([*base, "--candidates", "2", "--output", str(tmp_path / "two.json")]) == 0
+    two = json.loads((tmp_path / "two.json").read_text())
+    assert two["candidates_per_question"] == 2
+    for t, rec in zip(two["questions"], part.records, strict=True):
+        conf = model.confidences(rec["x"][:2])
+        assert t["top"] == rec["candidates"][int(np.argmax(conf))]
     for doc in docs.values():
         assert doc["shape"] == "chat"
         assert doc["manifest"]["settings"]["measure"]["runs"] == {run.name: sha256_file(run)}
