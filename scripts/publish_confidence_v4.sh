@@ -3,7 +3,21 @@
 # study kept (issue 30 item 2, PROVENANCE.md section 17): fitted out of fold on tuning data
 # only, from finished runs where they exist.
 #
-#   scripts/publish_confidence_v4.sh LME_DATA LOCOMO_DATA CACHE [SCRATCH]
+#   scripts/publish_confidence_v4.sh [fit|measure] LME_DATA LOCOMO_DATA CACHE [SCRATCH]
+#
+# fit (the default) is the fit below; measure is the held-out measurement of the package
+# default gate (calibration v4, each shape's recorded cut-off, no excerpt retry) after it:
+#   every manifest frozen before any measurement (OUT/*.frozen.json), then each run once:
+#   - chat: the LongMemEval held-out part read from section 14's held-out run of the same
+#     configuration the chat model was fitted on (results/lexical/heldout_lme_default), its
+#     first 5 results per question (the depth of the fit) -> OUT/heldout_lme.json;
+#   - people: the LoCoMo held-out conversations read from section 14's held-out run of the
+#     package default (results/lexical/heldout_locomo_default), its first 10 results ->
+#     OUT/heldout_locomo.json;
+#   - short: production search over fixtures/production/validation_v4.json (frozen before any
+#     fit, never run before) -> OUT/validation_v4.json, and validation_v3.json (a regression
+#     check by the ledger) -> OUT/validation_v3.json;
+#   the held-out ledger (results/heldout_ledger.json) labels each.
 #
 # LME_DATA: ../shared/data/longmemeval/longmemeval_s_cleaned.dev.json.gz (development split);
 # LOCOMO_DATA: ../shared/data/locomo/locomo10.json; CACHE: an embedding cache directory
@@ -27,6 +41,8 @@
 #    OUT/calibration_v4.report.{json,png} (the out-of-fold selective report per shape);
 # 3. a sidecar for every derived file in OUT.
 set -euo pipefail
+PHASE=fit
+case "${1:-}" in fit|measure) PHASE="$1"; shift;; esac
 LME="$1"
 LOCOMO="$2"
 CACHE="$3"
@@ -36,16 +52,55 @@ CAL=engram_eval/production/data/calibration_v4.json
 SETTINGS=engram_eval/production/data/settings_v4.json
 # shellcheck source=scripts/_publish_lib.sh
 source "$(dirname "$0")/_publish_lib.sh"  # ENGRAM_EVAL (E), PUBLISH_PYTHON (PY)
-refuse_existing "$CAL" "$SETTINGS" "$OUT/calibration_v4.report.json" \
-  "$OUT/calibration_v4.report.png"
+MEASURED=(heldout_lme heldout_locomo validation_v4 validation_v3)
+if [ "$PHASE" = fit ]; then
+  refuse_existing "$CAL" "$SETTINGS" "$OUT/calibration_v4.report.json" \
+    "$OUT/calibration_v4.report.png"
+else
+  planned=()
+  for n in "${MEASURED[@]}"; do planned+=("$OUT/$n.json" "$OUT/$n.frozen.json"); done
+  refuse_existing "${planned[@]}"
+  if [ -n "$(git status --porcelain -- engram_eval benchmarks)" ]; then
+    echo "engram_eval/ or benchmarks/ differ from the commit: commit first" >&2; exit 1
+  fi
+fi
 mkdir -p "$SCRATCH"
 source "$(dirname "$0")/_rerank_lib.sh"  # recreate_split, part_of
 
-echo "== 1. the tuning parts"
+echo "== 1. the parts"
 recreate_split results/longmemeval_s_dev_split/split_manifest.json "$LME" "$SCRATCH/lme"
 recreate_split results/structure/locomo_split_manifest.json "$LOCOMO" "$SCRATCH/loc"
 LME_TUNE=$(part_of "$SCRATCH/lme" tune)
 LOC_TUNE=$(part_of "$SCRATCH/loc" tune)
+
+if [ "$PHASE" = measure ]; then
+  LME_HELD=$(part_of "$SCRATCH/lme" heldout)
+  LOC_HELD=$(part_of "$SCRATCH/loc" heldout)
+  declare -A WHAT
+  WHAT[heldout_lme]="measure $LME_HELD --run results/lexical/heldout_lme_default.jsonl.gz --candidates 5 --cache-dir $CACHE"
+  WHAT[heldout_locomo]="measure $LOC_HELD --run results/lexical/heldout_locomo_default.jsonl.gz --candidates 10 --cache-dir $CACHE"
+  WHAT[validation_v4]="run --fixture fixtures/production/validation_v4.json"
+  WHAT[validation_v3]="run --fixture fixtures/production/validation_v3.json"
+  declare -A LABEL
+  LABEL[heldout_lme]="LongMemEval S cleaned, development split: held-out part"
+  LABEL[heldout_locomo]="LoCoMo10: held-out conversations"
+  echo "== 2. every manifest frozen before any measurement (package default gate)"
+  for n in "${MEASURED[@]}"; do
+    read -r -a cmd <<< "${WHAT[$n]}"
+    "$E" production "${cmd[@]}" --source-root . --validate-only \
+      --freeze-source "$OUT/$n.frozen.json" | tail -n 1
+  done
+  echo "== 3. each measured once under its manifest"
+  for n in "${MEASURED[@]}"; do
+    read -r -a cmd <<< "${WHAT[$n]}"
+    extra=(--work-dir "$SCRATCH/work_$n")  # run: a store per case
+    [ "${cmd[0]}" = measure ] && extra=(--dataset-label "${LABEL[$n]}")
+    "$E" production "${cmd[@]}" --source-root . --frozen-source "$OUT/$n.frozen.json" \
+      --output "$OUT/$n.json" "${extra[@]}" | tail -n 30
+  done
+  "$PY" scripts/derived_sidecars.py "$OUT"
+  exit 0
+fi
 
 echo "== 2. calibration v4 per memory shape (tuning data only)"
 "$E" production calibrate-sessions --per-shape --feature-set v4 \
