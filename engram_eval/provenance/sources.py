@@ -273,6 +273,11 @@ FILE_GENERATORS: dict[str, str] = {
     # results/confidence_v4: calibration v4 per memory shape (scripts/publish_confidence_v4.sh)
     "calibration_v4.report.json": "engram_eval/production_eval/commands.py",
     "calibration_v4.report.png": "engram_eval/production_eval/commands.py",
+    # its held-out measurement over the runs of section 14 (publish_confidence_v4.sh measure)
+    "heldout_lme.json": "engram_eval/production_eval/commands.py",
+    "heldout_lme.png": "engram_eval/production_eval/commands.py",
+    "heldout_locomo.json": "engram_eval/production_eval/commands.py",
+    "heldout_locomo.png": "engram_eval/production_eval/commands.py",
     # results/lexical (scripts/publish_lexical.sh, issue 27): each analyser and speaker
     # variant tuned on its own part, the choice, the two chosen runs tuned together
     "tune_lme_plain.yaml": "engram_eval/analysis/tune.py",
