@@ -165,7 +165,7 @@ def check_every_file_carries_provenance(results: Path) -> list[Path]:
     current sha256 of every input. Returns the derived files."""
     derived = []
     for p in sorted(results.rglob("*")):
-        if p.is_dir():
+        if p.is_dir() or p.suffix == ".lock":  # a ledger's lock file (git-ignored, unpublished)
             continue
         if is_result(p):
             check_run_files(p)
