@@ -4,7 +4,7 @@
 # only, with section 14's frozen analyser and speaker rule, then the rerank stage re-checked
 # out of fold on the new chat first stage.
 #
-#   scripts/publish_topm.sh topm|people|rerank|runs-lme[:VARIANT]|runs-loc[:VARIANT] LME_DATA LOCOMO_DATA CACHE [SCRATCH]
+#   scripts/publish_topm.sh topm|people|rerank|heldout|runs-lme[:VARIANT]|runs-loc[:VARIANT] LME_DATA LOCOMO_DATA CACHE [SCRATCH]
 #
 # LME_DATA: ../shared/data/longmemeval/longmemeval_s_cleaned.dev.json.gz (development split);
 # LOCOMO_DATA: ../shared/data/locomo/locomo10.json. Run from the repository root of a clean
@@ -32,6 +32,15 @@
 #          section 15 did), at fusion_alpha 0.8 (the shipped blend, listed first so that a tie
 #          keeps it), 0.7, 0.9 (section 15's grid without 0.6, its worst by 0.008);
 #          choose_rerank.py by section 6's objective -> topm_rerank_choice.json.
+# heldout  after topm (and rerank when it ran), rules fixed before any held-out run: the
+#          frozen first stage is topm_heldout_config.yaml (both structures' choices), the
+#          reranker engram-ce-minilm-v2 (its card: depth 20, blend 0.8) at the blend
+#          topm_rerank_choice.json chose (the card's when the chat choice is the baseline);
+#          the configurations lme_first_stage (no rerank), lme_default (reranked) and
+#          locomo_default (the people settings; their rerank stays off) frozen before any
+#          run, then each held-out part run once (heldout_topm_*), and each compared, paired,
+#          with section 14's run of the same role (compare_topm_*). Whatever the held-out
+#          figures, the package defaults follow the choice made on the tune parts.
 set -euo pipefail
 STEP="$1"
 LME="$2"
@@ -55,6 +64,8 @@ recreate_split results/longmemeval_s_dev_split/split_manifest.json "$LME" "$SCRA
 recreate_split results/structure/locomo_split_manifest.json "$LOCOMO" "$SCRATCH/loc"
 LME_TUNE=$(part_of "$SCRATCH/lme" tune)
 LOC_TUNE=$(part_of "$SCRATCH/loc" tune)
+LME_HELD=$(part_of "$SCRATCH/lme" heldout)
+LOC_HELD=$(part_of "$SCRATCH/loc" heldout)
 
 topm_args() {  # VARIANT dDbB -> the two options
   local v="$1" d b
@@ -168,6 +179,44 @@ rerank() {
   "$PY" scripts/derived_sidecars.py "$OUT"
 }
 
+heldout() {
+  local v2=engram-ce-minilm-v2 alpha=0.8 chosen
+  if [ -e "$OUT/topm_rerank_choice.json" ]; then
+    chosen=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['chosen'])" "$OUT/topm_rerank_choice.json")
+    case "$chosen" in
+      none) echo "the rerank check chose no rerank: not a configuration this step runs" >&2; exit 1;;
+      d${DEPTH}_a*) alpha=${chosen#*_a};;
+      *) echo "unexpected rerank choice $chosen" >&2; exit 1;;
+    esac
+  fi
+  local cfg="$OUT/topm_heldout_config.yaml"
+  [ -e "$cfg" ] || { echo "missing $cfg: run the topm step first" >&2; exit 1; }
+  echo "== every configuration frozen before any held-out run (blend $alpha)"
+  declare -A DATA CFG
+  DATA[lme_first_stage]="$LME_HELD"; CFG[lme_first_stage]="--no-rerank"
+  DATA[lme_default]="$LME_HELD"; CFG[lme_default]="--rerank --reranker-model $v2 --fusion-alpha $alpha"
+  DATA[locomo_default]="$LOC_HELD"; CFG[locomo_default]="--rerank --reranker-model $v2"
+  local names=(lme_first_stage lme_default locomo_default) n
+  for n in "${names[@]}"; do
+    # shellcheck disable=SC2086
+    freeze_then_run --freeze-only "${DATA[$n]}" "heldout_topm_$n" --config "$cfg" ${CFG[$n]}
+  done
+  echo "== one run each"
+  for n in "${names[@]}"; do
+    # shellcheck disable=SC2086
+    freeze_then_run "${DATA[$n]}" "heldout_topm_$n" --config "$cfg" ${CFG[$n]}
+  done
+  echo "== paired comparisons with section 14's runs of the same role"
+  local o cl
+  for n in "${names[@]}"; do
+    o="$OUT/compare_topm_$n"
+    cl=(); [[ "$n" == locomo* ]] && cl=(--cluster id-prefix)
+    [ -e "$o.json" ] || "$E" compare "results/lexical/heldout_$n.jsonl.gz" \
+      "$OUT/heldout_topm_$n.jsonl.gz" "${cl[@]}" --output "$o.json" --plot "$o.png" | tail -n 14
+  done
+  "$PY" scripts/derived_sidecars.py "$OUT"
+}
+
 case "$STEP" in
   # step 2 of topm for one dataset only, or one variant of it (runs may go side by side)
   runs-lme:*|runs-loc:*) VARIANTS=("${STEP#*:}"); "runs_${STEP:5:3}";;
@@ -176,5 +225,6 @@ case "$STEP" in
   topm) topm;;
   people) people;;
   rerank) rerank;;
-  *) echo "unknown step $STEP (topm|people|rerank|runs-lme|runs-loc)" >&2; exit 2;;
+  heldout) heldout;;
+  *) echo "unknown step $STEP (topm|people|rerank|heldout|runs-lme|runs-loc)" >&2; exit 2;;
 esac
