@@ -39,7 +39,9 @@
 #          the configurations lme_first_stage (no rerank), lme_default (reranked) and
 #          locomo_default (the people settings; their rerank stays off) frozen before any
 #          run, then each held-out part run once (heldout_topm_*), and each compared, paired,
-#          with section 14's run of the same role (compare_topm_*). Whatever the held-out
+#          with section 14's run of the same role, the reranked one also with section 6's
+#          reranked run and with its own first stage, LoCoMo's also with section 14's BM25-only
+#          run (same analyser; top m does not change it) (compare_topm_*). Whatever the held-out
 #          figures, the package defaults follow the choice made on the tune parts.
 set -euo pipefail
 STEP="$1"
@@ -206,13 +208,21 @@ heldout() {
     # shellcheck disable=SC2086
     freeze_then_run "${DATA[$n]}" "heldout_topm_$n" --config "$cfg" ${CFG[$n]}
   done
-  echo "== paired comparisons with section 14's runs of the same role"
-  local o cl
-  for n in "${names[@]}"; do
-    o="$OUT/compare_topm_$n"
-    cl=(); [[ "$n" == locomo* ]] && cl=(--cluster id-prefix)
-    [ -e "$o.json" ] || "$E" compare "results/lexical/heldout_$n.jsonl.gz" \
-      "$OUT/heldout_topm_$n.jsonl.gz" "${cl[@]}" --output "$o.json" --plot "$o.png" | tail -n 14
+  echo "== paired comparisons: section 14's runs of the same role, section 6's reranked run,"
+  echo "   and the reranked run against its own first stage"
+  local pairs=("results/lexical/heldout_lme_first_stage.jsonl.gz lme_first_stage lme_first_stage"
+    "results/lexical/heldout_lme_default.jsonl.gz lme_default lme_default"
+    "results/lexical/heldout_locomo_default.jsonl.gz locomo_default locomo_default"
+    "results/longmemeval_s_dev_rerank/heldout_rerank.jsonl.gz lme_default lme_default_vs_section6"
+    "$OUT/heldout_topm_lme_first_stage.jsonl.gz lme_default lme_default_vs_first_stage"
+    "results/lexical/heldout_locomo_bm25_only.jsonl.gz locomo_default locomo_default_vs_bm25_only")
+  local p a b o cl
+  for p in "${pairs[@]}"; do
+    read -r a b o <<< "$p"
+    o="$OUT/compare_topm_$o"
+    cl=(); [[ "$b" == locomo* ]] && cl=(--cluster id-prefix)
+    [ -e "$o.json" ] || "$E" compare "$a" "$OUT/heldout_topm_$b.jsonl.gz" "${cl[@]}" \
+      --output "$o.json" --plot "$o.png" | tail -n 14
   done
   "$PY" scripts/derived_sidecars.py "$OUT"
 }
