@@ -227,7 +227,7 @@ def test_a_refused_freeze_or_failed_verify_stops_the_publication(
 #: Publish scripts whose held-out runs are production fixture runs or confidence
 #: measurements (benchmarks/production_retrieval/*.py: other options, no verify): they freeze
 #: and run those tools themselves.
-OWN_FREEZE = {"publish_production.sh", "publish_confidence.sh"}
+OWN_FREEZE = {"publish_production.sh", "publish_confidence.sh", "publish_confidence_v4.sh"}
 
 
 ENGRAM_RUN_SCRIPTS = sorted(p for p in (ROOT / "scripts").glob("publish_*.sh")
@@ -242,11 +242,11 @@ def test_held_out_runs_go_through_freeze_then_run(script: Path) -> None:
     assert "--freeze-source" not in text and "--frozen-source" not in text, script.name
 
 
-def test_the_seven_held_out_publications_use_freeze_then_run() -> None:
+def test_the_eight_held_out_publications_use_freeze_then_run() -> None:
     users = sorted(p.name for p in ENGRAM_RUN_SCRIPTS if "freeze_then_run " in p.read_text())
     assert users == ["publish_lexical.sh", "publish_rerank.sh", "publish_rerank_locomo.sh",
                      "publish_rerank_unit.sh", "publish_shipped.sh", "publish_structure.sh",
-                     "publish_tuning.sh"]
+                     "publish_topm.sh", "publish_tuning.sh"]
 
 
 def test_freeze_then_run_with_the_real_engram_eval(tmp_path: Path, monkeypatch) -> None:
