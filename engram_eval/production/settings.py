@@ -112,6 +112,7 @@ class ProductionSettings(RetrievalSettings):
     # before PROVENANCE.md section 14): a calibration refuses any other settings, and none has
     # been fitted under the new analyser and fusion yet, so production keeps these until one
     # is (issue 30), as it keeps the rerank stage off.
+    dense_turn_top_m: int = _pinned("dense_turn_top_m", 1)
     use_dense_rocchio: bool = _pinned("use_dense_rocchio", False)
     use_bm25_prf: bool = _pinned("use_bm25_prf", False)
     lexical_stemmer: str = _pinned("lexical_stemmer", "none")

@@ -65,11 +65,11 @@ GENERIC_RERANK: dict[str, Any] = {"reranker_backend": "sentence_transformers",
 
 #: The default ``people_overrides``: chosen by ``engram-eval tune`` on the LoCoMo10 tune
 #: conversations beside the LongMemEval tune part and run once on the held-out conversations
-#: (PROVENANCE.md section 14, results/lexical/tuned_first_stage.yaml; before it, section 7's
-#: results/structure/tuned_by_structure.yaml: zscore, weight_bm25_user 1.0, no temporal).
-PEOPLE_DEFAULTS: dict[str, Any] = {"normalisation": "minmax", "temporal": False,
-                                   "weight_bm25_turn": 0.3, "weight_bm25_prf": 0.0,
-                                   "weight_dense_rocchio": 0.0,
+#: (PROVENANCE.md section 18, results/turn_top_m/topm_first_stage.yaml: what differs from
+#: the chat settings; before it, section 14's results/lexical/tuned_first_stage.yaml and
+#: section 7's results/structure/tuned_by_structure.yaml).
+PEOPLE_DEFAULTS: dict[str, Any] = {"temporal": False, "weight_bm25_user": 1.0,
+                                   "weight_bm25_prf": 0.0,
                                    # "NAME: text" in the BM25 documents (section 14)
                                    "lexical_speaker": "prefix",
                                    # people's chats are not reranked: the shipped reranker's
@@ -183,13 +183,13 @@ class RetrievalSettings:
                                   lo=0, hi=256)
     dense_aggregate: str = _f("max", "session score from its piece similarities",
                               group="dense", choices=("max", "max_mean"))
-    dense_turn_top_m: int = _f(1, "the dense signals (dense, dense_rocchio; so also the dense "
+    dense_turn_top_m: int = _f(3, "the dense signals (dense, dense_rocchio; so also the dense "
                                "feedback first pass): a turn scores its best piece, and a "
                                "session the sum of its m best turns (a session with fewer "
                                "turns sums what it has); 1 = its best turn = its best piece. "
                                "Above 1 needs dense_aggregate max", group="dense",
                                lo=1, hi=1000)
-    use_dense_rocchio: bool = _f(True, "Rocchio dense feedback (signal 'dense_rocchio'): the "
+    use_dense_rocchio: bool = _f(False, "Rocchio dense feedback (signal 'dense_rocchio'): the "
                                  "question vector moved toward the best piece vectors of the "
                                  "top feedback_docs first-pass sessions, pieces re-scored "
                                  "(no new encodings)", group="dense")
@@ -241,27 +241,28 @@ class RetrievalSettings:
     # fusion. The defaults of the analyser, the signals, fusion, normalisation, the weights
     # and the temporal step were chosen by `engram-eval tune` on the TUNING parts only (the
     # LongMemEval_S dev split's for chats, LoCoMo10's tune conversations for people_overrides:
-    # results/lexical/tuned_first_stage.yaml, PROVENANCE.md section 14; objective: mean of
+    # the analyser in PROVENANCE.md section 14, dense_turn_top_m and the fusion with it in
+    # section 18, results/turn_top_m/topm_first_stage.yaml; objective: mean of
     # recall_any@1, recall_all@5, ndcg_any@5), then run once on the held-out parts.
     fusion: str = _f("convex", "fusion method: 'rrf' (weighted reciprocal rank) or 'convex' "
                      "(weighted sum of per-question normalised scores)", group="fusion",
                      choices=("rrf", "convex"))
-    normalisation: str = _f("zscore", "per-question score normalisation of convex fusion",
+    normalisation: str = _f("minmax", "per-question score normalisation of convex fusion",
                             group="fusion", choices=("minmax", "zscore"))
     rrf_k: float = _f(60.0, "reciprocal-rank-fusion constant k (score = sum w / (k + rank))",
                       group="fusion", lo=0.0, hi=1000.0)
     weight_dense: float = _f(1.0, "fusion weight of the dense signal", group="fusion",
                              lo=0.0, hi=10.0)
-    weight_bm25_user: float = _f(1.0, "fusion weight of the user BM25 signal", group="fusion",
+    weight_bm25_user: float = _f(0.5, "fusion weight of the user BM25 signal", group="fusion",
                                  lo=0.0, hi=10.0)
     weight_bm25_assistant: float = _f(0.1, "fusion weight of the assistant BM25 signal",
                                       group="fusion", lo=0.0, hi=10.0)
-    weight_bm25_turn: float = _f(0.15, "fusion weight of the turn BM25 signal (computed and "
+    weight_bm25_turn: float = _f(0.3, "fusion weight of the turn BM25 signal (computed and "
                                  "traced when use_bm25_turn, even at weight 0)",
                                  group="fusion", lo=0.0, hi=10.0)
     weight_bm25_prf: float = _f(0.3, "fusion weight of the feedback BM25 signal",
                                 group="fusion", lo=0.0, hi=10.0)
-    weight_dense_rocchio: float = _f(0.25, "fusion weight of the Rocchio dense signal",
+    weight_dense_rocchio: float = _f(0.0, "fusion weight of the Rocchio dense signal",
                                      group="fusion", lo=0.0, hi=10.0)
     people_overrides: dict = _f(dict(PEOPLE_DEFAULTS), "fusion and temporal settings that replace the ones above "
                                 "for a haystack WITHOUT chat roles (people talking to each "

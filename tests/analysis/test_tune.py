@@ -44,9 +44,15 @@ def test_tune_reproduces_the_run_and_writes_a_loadable_config(real_run: Path,
                                                               tmp_path: Path) -> None:
     grid = write_grid(tmp_path / "g.yaml", {
         "fusion": ["rrf", "convex"], "normalisation": ["minmax", "zscore"], "rrf_k": [0, 60],
-        "weights": {"bm25_user": [1.0], "bm25_assistant": [0, 0.5], "bm25_turn": [0, 0.3],
-                    "weight_bm25_prf": [0, 0.5]},
+        "weights": {"bm25_user": [0.5], "bm25_assistant": [0.1, 0.5], "bm25_turn": [0, 0.3],
+                    "weight_bm25_prf": [0, 0.3]},
         "temporal": [False, True], "temporal_boost": [1.25, 2.0]})
+    # the run's own settings (the package defaults) are one of the candidates, so the
+    # in-sample best cannot score below them
+    d = RunConfig()
+    assert (d.fusion, d.normalisation, d.weight_bm25_user, d.weight_bm25_assistant,
+            d.weight_bm25_turn, d.weight_bm25_prf, d.temporal, d.temporal_boost) == (
+        "convex", "minmax", 0.5, 0.1, 0.3, 0.3, True, 1.25)
     out = tmp_path / "chosen.yaml"
     res = tune(real_run, grid, out, protocol="all", folds=2)
     r = res.report

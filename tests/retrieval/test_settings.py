@@ -47,12 +47,12 @@ def test_run_config_is_its_retrieval_settings_plus_run_fields() -> None:
     s = cfg.retrieval_settings()
     assert type(s) is RetrievalSettings
     assert (s.bm25_k1, s.fusion, s.weight_dense) == (1.2, "convex", 0.7)
-    # the other fields keep their defaults (PROVENANCE.md section 14); weights of signals
-    # that are off are left out
-    assert s.fusion_spec() == {"method": "convex", "normalisation": "zscore", "k": 60.0,
-                               "weights": {"dense": 0.7, "bm25_user": 1.0,
-                                           "bm25_assistant": 0.1, "bm25_turn": 0.15,
-                                           "bm25_prf": 0.3, "dense_rocchio": 0.25}}
+    # the other fields keep their defaults (PROVENANCE.md section 18); weights of signals
+    # that are off (Rocchio) are left out
+    assert s.fusion_spec() == {"method": "convex", "normalisation": "minmax", "k": 60.0,
+                               "weights": {"dense": 0.7, "bm25_user": 0.5,
+                                           "bm25_assistant": 0.1, "bm25_turn": 0.3,
+                                           "bm25_prf": 0.3}}
     off = RunConfig(use_bm25_prf=False, use_dense_rocchio=False).retrieval_settings()
     assert set(off.fusion_spec()["weights"]) == {"dense", "bm25_user", "bm25_assistant",
                                                  "bm25_turn"}

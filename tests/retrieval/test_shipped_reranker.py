@@ -345,14 +345,15 @@ def test_a_settings_only_version_reranks_like_its_base_with_its_settings(
 
 
 def test_the_defaults_are_the_published_first_stage_and_reranker() -> None:
-    """The package defaults are the configuration PROVENANCE.md section 14 froze and ran on
-    the held-out parts (results/lexical/heldout_config.yaml, every field) with the reranker
-    section 15 kept; people's chats take that file's people_overrides plus the card's."""
+    """The package defaults are the configuration PROVENANCE.md section 18 froze and ran on
+    the held-out parts (results/turn_top_m/topm_heldout_config.yaml, every field) with the
+    reranker section 15 kept; people's chats take that file's people_overrides plus the
+    card's."""
     import yaml
 
     from engram_eval.runs.config import RunConfig
 
-    frozen = yaml.safe_load((ROOT / "results/lexical/heldout_config.yaml").read_text())
+    frozen = yaml.safe_load((ROOT / "results/turn_top_m/topm_heldout_config.yaml").read_text())
     d = RunConfig()
     for k, v in frozen.items():
         if k == "people_overrides":

@@ -144,7 +144,7 @@ def test_dense_turns_are_traced_for_both_dense_signals() -> None:
     pieces = [Piece(si, ti, f"p{k}") for k, (si, ti, _) in enumerate(PIECES)]
     vectors = np.stack([_unit(a) for *_, a in PIECES])
     s = RetrievalSettings(use_bm25_prf=False, rerank=False, temporal=False,
-                          dense_turn_top_m=2, people_overrides={})
+                          dense_turn_top_m=2, use_dense_rocchio=True, people_overrides={})
     corpus = P.build_corpus(sessions, s, pieces=pieces, vectors=vectors)
     st = P.run_pipeline("q", "a question", "", s, corpus,
                         encode=lambda texts: np.stack([_unit(0.0) for _ in texts]))
@@ -170,9 +170,11 @@ def test_top_m_is_validated(changes: dict, message: str) -> None:
         RetrievalSettings(**changes)
 
 
-def test_defaults_and_legacy_value_are_the_best_turn() -> None:
+def test_defaults_are_the_tuned_choice_and_the_legacy_value_the_best_turn() -> None:
+    """The defaults: the 3 best turns for dense, the best for BM25 (PROVENANCE.md section 18);
+    a run made before the fields existed is rebuilt with the best turn for both."""
     s = RetrievalSettings()
-    assert (s.bm25_turn_top_m, s.dense_turn_top_m) == (1, 1)
+    assert (s.bm25_turn_top_m, s.dense_turn_top_m) == (1, 3)
     assert (LEGACY_VALUES["bm25_turn_top_m"], LEGACY_VALUES["dense_turn_top_m"]) == (1, 1)
 
 
