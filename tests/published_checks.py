@@ -77,6 +77,7 @@ SOURCES_AT: dict[str, str] = {
     "lexical/heldout_*.jsonl.gz": "7784ff5",
     "rerank_retrain/fold?_*.jsonl.gz": "fe62a1b",
     "turn_top_m/topm_loc_*.jsonl.gz": "8c05107",
+    "turn_top_m/topm_lme_*.jsonl.gz": "08c99cf",
 }
 
 
