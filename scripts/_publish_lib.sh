@@ -70,6 +70,39 @@ freeze_then_run() {
   "$ENGRAM_EVAL" compress "$OUT/$name.jsonl" > /dev/null
 }
 
+# The held-out protocol of several configurations: every one frozen before any of them runs,
+# then each run once (freeze_then_run). PREFIX NAME...: the runs are PREFIX+NAME; the caller
+# sets PART[NAME] (the held-out part) and CFG[NAME] (its run arguments, word-split).
+freeze_all_then_run() {
+  local prefix="$1" n
+  shift
+  echo "== every configuration frozen before any held-out run"
+  for n in "$@"; do
+    # shellcheck disable=SC2086
+    freeze_then_run --freeze-only "${PART[$n]}" "$prefix$n" ${CFG[$n]}
+  done
+  echo "== one run each"
+  for n in "$@"; do
+    # shellcheck disable=SC2086
+    freeze_then_run "${PART[$n]}" "$prefix$n" ${CFG[$n]}
+  done
+}
+
+# Paired comparisons of held-out runs, each once (an existing output is kept): RUN_PREFIX
+# OUT_PREFIX "A B O"...: compare run A with $OUT/RUN_PREFIX+B.jsonl.gz into
+# $OUT/OUT_PREFIX+O.{json,png}, clustered by conversation where B is a LoCoMo run (locomo*).
+compare_pairs() {
+  local run_prefix="$1" out_prefix="$2" p a b o cl
+  shift 2
+  for p in "$@"; do
+    read -r a b o <<< "$p"
+    o="$OUT/$out_prefix$o"
+    cl=(); [[ "$b" == locomo* ]] && cl=(--cluster id-prefix)
+    [ -e "$o.json" ] || "$E" compare "$a" "$OUT/$run_prefix$b.jsonl.gz" "${cl[@]}" \
+      --output "$o.json" --plot "$o.png" | tail -n 14
+  done
+}
+
 run_files() {
   local b="$OUT/$1.jsonl" s
   for s in "" .metadata.json .summary.json; do printf '%s\n' "$b$s" "$b.gz$s"; done

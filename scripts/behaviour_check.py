@@ -5,6 +5,7 @@ Two subcommands::
 
     python scripts/behaviour_check.py produce --code-root ROOT --out DIR \\
         [--dev PATH] [--dev-limit 40] [--cross-encoder DIR] [--cache-dir DIR] [--fixtures DIR]
+        [--run-args '--config BEFORE_DEFAULTS.yaml'] [--locomo-args ...]
     python scripts/behaviour_check.py compare BEFORE_DIR AFTER_DIR [--no-sidecar]
 
 ``produce`` runs ROOT's own code (each run is a subprocess of ``sys.executable``; the
@@ -153,12 +154,14 @@ def _check_sources(sidecar: Path, root: Path) -> str | None:
 
 
 def ranking_jobs(root: Path, fixtures: Path, dev: Path | None, dev_limit: int,
-                 cross: Path | None, locomo_args: Sequence[str] = ()) -> list[dict[str, Any]]:
+                 cross: Path | None, locomo_args: Sequence[str] = (),
+                 run_args: Sequence[str] = ()) -> list[dict[str, Any]]:
     datasets: list[tuple[str, Path, str, list[str]]] = [
-        ("longmemeval_tiny", fixtures / "longmemeval_tiny.json", "longmemeval", []),
-        ("locomo_tiny", fixtures / "locomo_tiny.json", "locomo", list(locomo_args))]
+        ("longmemeval_tiny", fixtures / "longmemeval_tiny.json", "longmemeval", [*run_args]),
+        ("locomo_tiny", fixtures / "locomo_tiny.json", "locomo", [*run_args, *locomo_args])]
     if dev is not None:
-        datasets.append((f"dev{dev_limit}", dev, "longmemeval", ["--limit", str(dev_limit)]))
+        datasets.append((f"dev{dev_limit}", dev, "longmemeval",
+                         [*run_args, "--limit", str(dev_limit)]))
     jobs = []
     for name, data, layout, extra in datasets:
         for retr in RETRIEVERS:
@@ -194,7 +197,8 @@ def produce(args: argparse.Namespace) -> int:
     log = []
     t_all = time.time()
     for job in ranking_jobs(root, fixtures, dev, args.dev_limit, cross,
-                            args.locomo_args.split() if args.locomo_args else ()):
+                            args.locomo_args.split() if args.locomo_args else (),
+                            args.run_args.split() if args.run_args else ()):
         entry: dict[str, Any] = {"name": job["name"]}
         if job["skip"]:
             entry.update(status="skipped", why=job["skip"])
@@ -262,7 +266,8 @@ def produce(args: argparse.Namespace) -> int:
     total = round(time.time() - t_all, 1)
     (out / "produce.json").write_text(json.dumps(
         {"code_root": str(root), "python": sys.executable, "dev": str(args.dev),
-         "dev_limit": args.dev_limit, "cross_encoder": str(cross), "cache_dir": str(cache),
+         "dev_limit": args.dev_limit, "run_args": args.run_args,
+         "locomo_args": args.locomo_args, "cross_encoder": str(cross), "cache_dir": str(cache),
          "fixtures": str(fixtures), "wall_seconds": total, "combinations": log},
         indent=2) + "\n")
     failed = [e["name"] for e in log if e["status"] == "failed"]
@@ -465,6 +470,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="extra run arguments for the LoCoMo jobs, e.g. '--protocol locomo' "
                          "where a later default adds a protocol the earlier code lacked (the "
                          "rows must then still match; the sidecar records the selection)")
+    pr.add_argument("--run-args", default="",
+                    help="extra run arguments for every ranking job, e.g. '--config "
+                         "BEFORE.yaml' naming every setting the other side's defaults had, where "
+                         "the range between the sides changes defaults on purpose (the rows "
+                         "must then match; compare with --no-sidecar, the sidecars record the "
+                         "config)")
     c = sub.add_parser("compare", help="compare two produce directories")
     c.add_argument("before")
     c.add_argument("after")

@@ -135,23 +135,13 @@ heldout() {
   echo "   value is explicit and would override the reranker's card)"
   [ -e "$OUT/heldout_config.yaml" ] || "$PY" -m engram_eval.analysis.first_stage \
     "$OUT/tuned_first_stage.yaml" "$OUT/heldout_config.yaml"
-  echo "== every configuration frozen before any held-out run"
-  declare -A DATA CFG
-  DATA[lme_first_stage]="$LME_HELD"; CFG[lme_first_stage]="--no-rerank"
-  DATA[lme_default]="$LME_HELD";     CFG[lme_default]="--rerank --reranker-model $v2"
-  DATA[locomo_default]="$LOC_HELD";  CFG[locomo_default]="--rerank --reranker-model $v2"
-  DATA[locomo_bm25_only]="$LOC_HELD"; CFG[locomo_bm25_only]="--retriever bm25 --no-rerank"
-  local names=(lme_first_stage lme_default locomo_default locomo_bm25_only) n
-  for n in "${names[@]}"; do
-    # shellcheck disable=SC2086
-    freeze_then_run --freeze-only "${DATA[$n]}" "heldout_$n" \
-      --config "$OUT/heldout_config.yaml" ${CFG[$n]}
-  done
-  echo "== one run each"
-  for n in "${names[@]}"; do
-    # shellcheck disable=SC2086
-    freeze_then_run "${DATA[$n]}" "heldout_$n" --config "$OUT/heldout_config.yaml" ${CFG[$n]}
-  done
+  declare -A PART CFG
+  local cfg="--config $OUT/heldout_config.yaml"
+  PART[lme_first_stage]="$LME_HELD";  CFG[lme_first_stage]="$cfg --no-rerank"
+  PART[lme_default]="$LME_HELD";      CFG[lme_default]="$cfg --rerank --reranker-model $v2"
+  PART[locomo_default]="$LOC_HELD";   CFG[locomo_default]="$cfg --rerank --reranker-model $v2"
+  PART[locomo_bm25_only]="$LOC_HELD"; CFG[locomo_bm25_only]="$cfg --retriever bm25 --no-rerank"
+  freeze_all_then_run heldout_ lme_first_stage lme_default locomo_default locomo_bm25_only
   echo "== paired comparisons"
   local pairs=(
     "results/longmemeval_s_dev_split/heldout_default.jsonl.gz lme_first_stage first_stage_vs_section1_default"
@@ -161,13 +151,8 @@ heldout() {
     "results/structure/heldout_locomo_tuned.jsonl.gz locomo_default locomo_default_vs_section7_default"
     "$OUT/heldout_locomo_bm25_only.jsonl.gz locomo_default locomo_default_vs_bm25_only"
     "results/structure/heldout_locomo_bm25_only.jsonl.gz locomo_default locomo_default_vs_section7_bm25_only")
-  local p a b o cl
-  for p in "${pairs[@]}"; do
-    read -r a b o <<< "$p"
-    cl=(); [[ "$o" == locomo* ]] && cl=(--cluster id-prefix)
-    [ -e "$OUT/compare_$o.json" ] || "$E" compare "$a" "$OUT/heldout_$b.jsonl.gz" "${cl[@]}" \
-      --output "$OUT/compare_$o.json" --plot "$OUT/compare_$o.png" | tail -n 14
-  done
+  # (clustered by conversation: exactly the LoCoMo pairs, whose names start locomo)
+  compare_pairs heldout_ compare_ "${pairs[@]}"
   "$PY" scripts/derived_sidecars.py "$OUT"
 }
 

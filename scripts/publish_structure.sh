@@ -65,23 +65,15 @@ echo "== 3. tune both tuning parts at once, per chat structure"
   --protocol answerable --protocol locomo --combine worst-ratio --cluster id-prefix \
   --folds 5 --seed 0
 
-echo "== 4. freeze every configuration before any held-out run"
-declare -A DATA CFG
-DATA[locomo_tuned]="$LOC_HELD";   CFG[locomo_tuned]="--config $OUT/tuned_by_structure.yaml"
-DATA[locomo_default]="$LOC_HELD"; CFG[locomo_default]=""
-DATA[locomo_bm25_only]="$LOC_HELD"; CFG[locomo_bm25_only]="--retriever bm25"
-DATA[lme_tuned]="$LME_HELD";      CFG[lme_tuned]="--config $OUT/tuned_by_structure.yaml"
-NAMES=(locomo_tuned locomo_default locomo_bm25_only lme_tuned)
-for n in "${NAMES[@]}"; do
-  # shellcheck disable=SC2086
-  freeze_then_run --freeze-only "${DATA[$n]}" "heldout_$n" "${FIRST[@]}" ${CFG[$n]}
-done
-
-echo "== 5. one run per configuration on its held-out part"
-for n in "${NAMES[@]}"; do
-  # shellcheck disable=SC2086
-  freeze_then_run "${DATA[$n]}" "heldout_$n" "${FIRST[@]}" ${CFG[$n]}
-done
+echo "== 4-5. every configuration frozen before any held-out run, then one run each"
+declare -A PART CFG
+PART[locomo_tuned]="$LOC_HELD"
+CFG[locomo_tuned]="${FIRST[*]} --config $OUT/tuned_by_structure.yaml"
+PART[locomo_default]="$LOC_HELD";   CFG[locomo_default]="${FIRST[*]}"
+PART[locomo_bm25_only]="$LOC_HELD"; CFG[locomo_bm25_only]="${FIRST[*]} --retriever bm25"
+PART[lme_tuned]="$LME_HELD"
+CFG[lme_tuned]="${FIRST[*]} --config $OUT/tuned_by_structure.yaml"
+freeze_all_then_run heldout_ locomo_tuned locomo_default locomo_bm25_only lme_tuned
 
 echo "== 6. paired comparisons"
 for n in bm25_only default; do

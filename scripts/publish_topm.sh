@@ -186,21 +186,12 @@ heldout() {
   local v2=engram-ce-minilm-v2
   local cfg="$OUT/topm_heldout_config.yaml"
   [ -e "$cfg" ] || { echo "missing $cfg: run the topm step first" >&2; exit 1; }
-  echo "== every configuration frozen before any held-out run"
-  declare -A DATA CFG
-  DATA[lme_first_stage]="$LME_HELD"; CFG[lme_first_stage]="--no-rerank"
-  DATA[lme_default]="$LME_HELD"; CFG[lme_default]="--rerank --reranker-model $v2"
-  DATA[locomo_default]="$LOC_HELD"; CFG[locomo_default]="--rerank --reranker-model $v2"
-  local names=(lme_first_stage lme_default locomo_default) n
-  for n in "${names[@]}"; do
-    # shellcheck disable=SC2086
-    freeze_then_run --freeze-only "${DATA[$n]}" "heldout_topm_$n" --config "$cfg" ${CFG[$n]}
-  done
-  echo "== one run each"
-  for n in "${names[@]}"; do
-    # shellcheck disable=SC2086
-    freeze_then_run "${DATA[$n]}" "heldout_topm_$n" --config "$cfg" ${CFG[$n]}
-  done
+  declare -A PART CFG
+  PART[lme_first_stage]="$LME_HELD"; CFG[lme_first_stage]="--config $cfg --no-rerank"
+  PART[lme_default]="$LME_HELD"; CFG[lme_default]="--config $cfg --rerank --reranker-model $v2"
+  PART[locomo_default]="$LOC_HELD"
+  CFG[locomo_default]="--config $cfg --rerank --reranker-model $v2"
+  freeze_all_then_run heldout_topm_ lme_first_stage lme_default locomo_default
   echo "== paired comparisons: section 14's runs of the same role, section 6's reranked run,"
   echo "   and the reranked run against its own first stage"
   local pairs=("results/lexical/heldout_lme_first_stage.jsonl.gz lme_first_stage lme_first_stage"
@@ -209,14 +200,7 @@ heldout() {
     "results/longmemeval_s_dev_rerank/heldout_rerank.jsonl.gz lme_default lme_default_vs_section6"
     "$OUT/heldout_topm_lme_first_stage.jsonl.gz lme_default lme_default_vs_first_stage"
     "results/lexical/heldout_locomo_bm25_only.jsonl.gz locomo_default locomo_default_vs_bm25_only")
-  local p a b o cl
-  for p in "${pairs[@]}"; do
-    read -r a b o <<< "$p"
-    o="$OUT/compare_topm_$o"
-    cl=(); [[ "$b" == locomo* ]] && cl=(--cluster id-prefix)
-    [ -e "$o.json" ] || "$E" compare "$a" "$OUT/heldout_topm_$b.jsonl.gz" "${cl[@]}" \
-      --output "$o.json" --plot "$o.png" | tail -n 14
-  done
+  compare_pairs heldout_topm_ compare_topm_ "${pairs[@]}"
   "$PY" scripts/derived_sidecars.py "$OUT"
 }
 

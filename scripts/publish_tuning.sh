@@ -65,23 +65,15 @@ print("tuned configuration == package defaults")
 EOF
 "$E" compress "$OUT/tuning_run.jsonl" > /dev/null
 
-echo "== 4. freeze every configuration before the held-out part is run"
-declare -A CFG
+echo "== 4-5. every configuration frozen, then one run each on the held-out part"
+declare -A PART CFG
 CFG[default]=""
 CFG[rrf_landed]="--fusion rrf --rrf-k 60 --weight-dense 1 --weight-bm25-user 1 --weight-bm25-assistant 0.5 --use-bm25-user --use-bm25-assistant --no-use-bm25-turn --no-use-bm25-prf --no-use-dense-rocchio --weight-bm25-turn 0 --weight-bm25-prf 0 --weight-dense-rocchio 0 --temporal --temporal-boost 1.25"
 CFG[dense_only]="--retriever dense"
 CFG[bm25_only]="--retriever bm25"
 NAMES=(default rrf_landed dense_only bm25_only)
-for n in "${NAMES[@]}"; do
-  # shellcheck disable=SC2086
-  freeze_then_run --freeze-only "$HELD" "heldout_$n" ${CFG[$n]}
-done
-
-echo "== 5. one run per configuration on the held-out part"
-for n in "${NAMES[@]}"; do
-  # shellcheck disable=SC2086
-  freeze_then_run "$HELD" "heldout_$n" ${CFG[$n]}
-done
+for n in "${NAMES[@]}"; do PART[$n]="$HELD"; done
+freeze_all_then_run heldout_ "${NAMES[@]}"
 
 echo "== 6. paired comparisons of the new default against each"
 for n in rrf_landed dense_only bm25_only; do

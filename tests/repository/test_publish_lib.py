@@ -4,6 +4,7 @@ verify (not only the last one), tested with a fake ``engram-eval``."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -94,6 +95,7 @@ case "$cmd" in
        for s in "" .metadata.json .summary.json; do echo '{}' > "$out$s"; done; echo ran;;
   verify) case "$(basename "$1")" in bad*) echo "[FAIL] x"; exit 1;; esac; echo VERIFIED;;
   compress) for s in "" .metadata.json .summary.json; do mv "$1$s" "$1.gz$s"; done;;
+  compare) while [ "$#" -gt 0 ]; do [ "$1" = --output ] && echo '{}' > "$2"; shift; done;;
   *) echo "unexpected $cmd" >&2; exit 9;;
 esac
 """
@@ -205,6 +207,44 @@ def test_every_configuration_frozen_before_any_run(tmp_path: Path) -> None:
     assert f"--frozen-source {tmp_path}/out/b.frozen.json" in all_calls(tmp_path)[5]
 
 
+def test_freeze_all_then_run_takes_each_part_and_arguments_from_the_callers_arrays(
+        tmp_path: Path) -> None:
+    """freeze_all_then_run PREFIX NAME...: the same order as the loop above, each run named
+    PREFIX+NAME, on PART[NAME] with CFG[NAME] split into words."""
+    body = ("declare -A PART CFG\n"
+            "PART[a]=held.json; CFG[a]='--config c.yaml --no-rerank'\n"
+            "PART[b]=other.json; CFG[b]='--retriever bm25'\n"
+            "freeze_all_then_run pre_ a b\n")
+    p = _publish(tmp_path, body)
+    assert p.returncode == 0, p.stderr
+    out = tmp_path / "out"
+    calls = all_calls(tmp_path)
+    assert calls[:2] == [
+        f"run held.json --validate-only --freeze-source {out}/pre_a.frozen.json --config c.yaml "
+        "--no-rerank",
+        f"run other.json --validate-only --freeze-source {out}/pre_b.frozen.json --retriever bm25"]
+    assert calls[2] == (f"run held.json --frozen-source {out}/pre_a.frozen.json --output "
+                        f"{out}/pre_a.jsonl --config c.yaml --no-rerank")
+    assert [c.split()[0] for c in calls[2:]] == ["run", "verify", "compress"] * 2
+    assert calls[5].startswith(f"run other.json --frozen-source {out}/pre_b.frozen.json")
+
+
+def test_compare_pairs_names_outputs_clusters_locomo_and_keeps_what_exists(
+        tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "cmp_kept.json").write_text("{}")
+    body = ('compare_pairs held_ cmp_ "old/a.jsonl.gz lme_x lme_vs_a" '
+            '"old/b.jsonl.gz locomo_y locomo_vs_b" "old/c.jsonl.gz lme_x kept"\n')
+    p = _publish(tmp_path, body)
+    assert p.returncode == 0, p.stderr
+    assert all_calls(tmp_path) == [
+        f"compare old/a.jsonl.gz {out}/held_lme_x.jsonl.gz --output {out}/cmp_lme_vs_a.json "
+        f"--plot {out}/cmp_lme_vs_a.png",
+        f"compare old/b.jsonl.gz {out}/held_locomo_y.jsonl.gz --cluster id-prefix --output "
+        f"{out}/cmp_locomo_vs_b.json --plot {out}/cmp_locomo_vs_b.png"]
+
+
 def test_freeze_then_run_takes_the_run_command_from_heldout_run(tmp_path: Path) -> None:
     p = _publish(tmp_path, 'HELDOUT_RUN=("$ENGRAM_EVAL" run --via-benchmark)\n'
                            "freeze_then_run held.json h --x")
@@ -243,7 +283,8 @@ def test_held_out_runs_go_through_freeze_then_run(script: Path) -> None:
 
 
 def test_the_eight_held_out_publications_use_freeze_then_run() -> None:
-    users = sorted(p.name for p in ENGRAM_RUN_SCRIPTS if "freeze_then_run " in p.read_text())
+    users = sorted(p.name for p in ENGRAM_RUN_SCRIPTS
+                   if re.search(r"freeze_(all_)?then_run ", p.read_text()))
     assert users == ["publish_lexical.sh", "publish_rerank.sh", "publish_rerank_locomo.sh",
                      "publish_rerank_unit.sh", "publish_shipped.sh", "publish_structure.sh",
                      "publish_topm.sh", "publish_tuning.sh"]
