@@ -6,7 +6,9 @@ Two subcommands::
     python scripts/behaviour_check.py produce --code-root ROOT --out DIR \\
         [--dev PATH] [--dev-limit 40] [--cross-encoder DIR] [--cache-dir DIR] [--fixtures DIR]
         [--run-args '--config BEFORE_DEFAULTS.yaml'] [--locomo-args ...]
+    python scripts/behaviour_check.py defaults --before-root B --after-root A --output Y.yaml
     python scripts/behaviour_check.py compare BEFORE_DIR AFTER_DIR [--no-sidecar]
+        [--drop-key KEY ...]
 
 ``produce`` runs ROOT's own code (each run is a subprocess of ``sys.executable``; the
 benchmark scripts put their repository root first on ``sys.path``, and the production
@@ -278,6 +280,46 @@ def produce(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+_DEFAULTS_CODE = """
+import dataclasses, json, sys
+sys.path.insert(0, sys.argv[1])
+from engram_eval.retrieval import settings
+s = settings.RetrievalSettings()
+print(json.dumps({"defaults": {f.name: getattr(s, f.name) for f in dataclasses.fields(s)
+                               if f.metadata.get("fingerprint")},
+                  "legacy": getattr(settings, "LEGACY_VALUES", {})}))
+"""
+
+
+def _defaults_of(root: Path) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-c", _DEFAULTS_CODE, str(root)], capture_output=True,
+                          text=True, check=True, cwd=root)
+    return json.loads(done.stdout)
+
+
+def defaults_yaml(args: argparse.Namespace) -> int:
+    """A ``--config`` YAML that makes AFTER's code run with BEFORE's retrieval defaults: every
+    field BEFORE has, at BEFORE's default; every field only AFTER has, at AFTER's legacy value
+    (the value that reproduces a run made before the field existed)."""
+    import yaml
+
+    before, after = Path(args.before_root).resolve(), Path(args.after_root).resolve()
+    b, a = _defaults_of(before), _defaults_of(after)
+    config = dict(b["defaults"])
+    added = [k for k in a["defaults"] if k not in config]
+    missing = [k for k in added if k not in a["legacy"]]
+    if missing:
+        sys.exit(f"defaults: {after} has fields with no legacy value: {', '.join(missing)}")
+    config.update({k: a["legacy"][k] for k in added})
+    out = Path(args.output)
+    if out.exists():
+        sys.exit(f"defaults: {out} exists; refusing to overwrite")
+    out.write_text(f"# retrieval defaults of {before}; fields added since ({', '.join(added) or 'none'})"
+                   " at their legacy values\n" + yaml.safe_dump(config, sort_keys=False))
+    print(f"defaults: {len(config)} fields ({len(added)} added since) -> {out}")
+    return 0
+
+
 # --- production worker: runs in its own process with ROOT first on sys.path ---------------
 def _import_first(candidates: list[str], attr: str) -> Any:
     """``attr`` from the first of ``candidates`` (module names) that imports and has it: a
@@ -377,7 +419,9 @@ def _raw_stripped(line: str, row: Any, drop: set[str]) -> str | None:
     return json.dumps(strip(row, drop), ensure_ascii=False)
 
 
-def compare_rows(a: Path, b: Path) -> tuple[bool, str]:
+def compare_rows(a: Path, b: Path, extra: frozenset[str] = frozenset()) -> tuple[bool, str]:
+    """Rows equal after dropping the volatile keys and ``extra`` (``--drop-key``)."""
+    drop = ROW_DROP | extra
     la, ra = _raw_rows(a)
     lb, rb = _raw_rows(b)
     ids_a = [r.get("question_id") for r in ra]
@@ -389,11 +433,11 @@ def compare_rows(a: Path, b: Path) -> tuple[bool, str]:
                       f"{len(ids_b)} rows)"
     raw_ok: bool | None = True
     for line_a, row_a, line_b, row_b in zip(la, ra, lb, rb, strict=True):
-        sa, sb = strip(row_a, ROW_DROP), strip(row_b, ROW_DROP)
+        sa, sb = strip(row_a, drop), strip(row_b, drop)
         if canonical(sa) != canonical(sb):
             return False, (f"rows: question {row_a.get('question_id')}: "
                            f"{first_difference(sa, sb)}")
-        xa, xb = _raw_stripped(line_a, row_a, ROW_DROP), _raw_stripped(line_b, row_b, ROW_DROP)
+        xa, xb = _raw_stripped(line_a, row_a, drop), _raw_stripped(line_b, row_b, drop)
         if xa is None or xb is None:
             raw_ok = None
         elif raw_ok and xa != xb:
@@ -436,10 +480,11 @@ def compare(args: argparse.Namespace) -> int:
                 else ("DIFFERENT", detail)
         else:
             base = f"{name}.jsonl"
-            ok, detail = compare_rows(before / base, after / base)
-            checks = [(".summary.json", SUMMARY_DROP, "summary")]
+            extra = frozenset(args.drop_key or ())
+            ok, detail = compare_rows(before / base, after / base, extra)
+            checks = [(".summary.json", SUMMARY_DROP | extra, "summary")]
             if not args.no_sidecar:
-                checks.append((".metadata.json", SIDECAR_DROP, "sidecar"))
+                checks.append((".metadata.json", SIDECAR_DROP | extra, "sidecar"))
             for suffix, drop, what in checks:
                 if ok:
                     ok, why = compare_json(before / (base + suffix), after / (base + suffix),
@@ -448,6 +493,8 @@ def compare(args: argparse.Namespace) -> int:
             verdict = "IDENTICAL" if ok else "DIFFERENT"
         bad += verdict == "DIFFERENT"
         print(f"{verdict:9s} {name:32s} {detail}")
+    if args.drop_key:
+        print(f"compare: keys also dropped on both sides: {', '.join(args.drop_key)}")
     print(f"compare: {'ALL IDENTICAL' if not bad else f'{bad} combination(s) differ or failed'}")
     return 1 if bad else 0
 
@@ -476,16 +523,26 @@ def main(argv: list[str] | None = None) -> int:
                          "the range between the sides changes defaults on purpose (the rows "
                          "must then match; compare with --no-sidecar, the sidecars record the "
                          "config)")
+    d = sub.add_parser("defaults", help="a --config YAML of BEFORE's retrieval defaults for "
+                       "AFTER's code (fields added since at their legacy values)")
+    d.add_argument("--before-root", required=True)
+    d.add_argument("--after-root", required=True)
+    d.add_argument("--output", required=True)
     c = sub.add_parser("compare", help="compare two produce directories")
     c.add_argument("before")
     c.add_argument("after")
     c.add_argument("--no-sidecar", action="store_true",
                    help="compare rows and summaries only, not the .metadata.json sidecars")
+    c.add_argument("--drop-key", action="append", metavar="KEY",
+                   help="a key (at any depth of rows, summaries and sidecars) dropped on both "
+                        "sides as well, for an addition the range makes on purpose (e.g. "
+                        "gate_features, the traced confidence features of issue 30); "
+                        "repeatable; printed")
     w = sub.add_parser("_production-worker")  # internal: one production fixture
     for a in ("--code-root", "--fixture", "--recorded", "--output", "--work-dir"):
         w.add_argument(a, required=True)
     args = p.parse_args(argv)
-    return {"produce": produce, "compare": compare,
+    return {"produce": produce, "compare": compare, "defaults": defaults_yaml,
             "_production-worker": production_worker}[args.cmd](args)
 
 
