@@ -18,7 +18,10 @@
 #                                     ($SCRATCH/ce_fold{0,1}; ONNX int8, turn unit, max length
 #                                     128) at every depth in DEPTHS and blend in ALPHAS (each a
 #                                     space-separated list); choose_rerank.py picks by section
-#                                     6's objective -> CHOICE
+#                                     6's objective -> CHOICE. CE_NAME (default ce_fold) names
+#                                     other fold cross-encoders ($SCRATCH/CE_NAME{0,1}) and
+#                                     RUN_TAG (default empty) prefixes their reranked runs'
+#                                     names (DIR/fold{0,1}_RUN_TAGd..._a...)
 # and the settings every published reranker run shares, defined once here:
 #   FIRST   the first stage of the published rerank runs (torch embeddings, as the held-out
 #           runs they are compared with)
@@ -75,11 +78,11 @@ rerank_folds() {
   done
   for d in "${depths[@]}"; do
     for a in "${alphas[@]}"; do
-      args+=(--candidate "d${d}_a$a")
+      args+=(--candidate "${RUN_TAG:-}d${d}_a$a")
       for i in 0 1; do
-        f="$dir/fold${i}_d${d}_a$a.jsonl"
+        f="$dir/fold${i}_${RUN_TAG:-}d${d}_a$a.jsonl"
         run_to "$data" "$f" --config "$cfg" --shard "$i/2" \
-          --trace-sessions 5 --rerank --reranker-model "$SCRATCH/ce_fold$i" \
+          --trace-sessions 5 --rerank --reranker-model "$SCRATCH/${CE_NAME:-ce_fold}$i" \
           --reranker-backend onnx --reranker-precision int8 --rerank-unit turn \
           --rerank-max-length 128 --rerank-candidates "$d" --fusion-alpha "$a"
         args+=("$f.gz")

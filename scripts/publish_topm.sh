@@ -204,6 +204,34 @@ heldout() {
   "$PY" scripts/derived_sidecars.py "$OUT"
 }
 
+retrain() {
+  # issue 27 item 5: retrain on the new first stage's candidates (its two fold runs of the
+  # rerank step, merged), fold cross-encoders with section 6's settings (TRAIN), each half
+  # reranked by the one that never saw it at the card's depth and blends 0.8 0.7 0.9; the
+  # choice pools none, the shipped family's d20_a0.8 (rerank step) and the retrained family
+  local cand="$SCRATCH/topm_candidates.jsonl" i a args
+  merged_candidates "$OUT" "$LME_TUNE" "$cand"
+  for i in 0 1; do
+    [ -e "$SCRATCH/ce_topm_fold$i" ] || "$E" train-reranker "$LME_TUNE" --run "$cand" \
+      --output "$SCRATCH/ce_topm_fold$i" --exclude-shard "$i/2" "${TRAIN[@]}" 2>/dev/null \
+      | tail -n 2
+    [ -e "$OUT/ce_topm_fold$i.card.json" ] || cp "$SCRATCH/ce_topm_fold$i.card.json" "$OUT/"
+  done
+  echo "== each half reranked by the retrained fold cross-encoder that never saw it"
+  CE_NAME=ce_topm_fold RUN_TAG=new_ rerank_folds "$LME_TUNE" "$OUT/topm_first_stage.yaml" \
+    "$OUT" "$SCRATCH/topm_retrain_only.json" "$DEPTH" "${ALPHAS[*]}"
+  args=(--candidate none "$OUT/fold0_none.jsonl.gz" "$OUT/fold1_none.jsonl.gz"
+        --candidate "v2_d${DEPTH}_a0.8" "$OUT/fold0_d${DEPTH}_a0.8.jsonl.gz"
+        "$OUT/fold1_d${DEPTH}_a0.8.jsonl.gz")
+  for a in "${ALPHAS[@]}"; do
+    args+=(--candidate "new_d${DEPTH}_a$a" "$OUT/fold0_new_d${DEPTH}_a$a.jsonl.gz"
+           "$OUT/fold1_new_d${DEPTH}_a$a.jsonl.gz")
+  done
+  [ -e "$OUT/topm_retrain_choice.json" ] || "$PY" benchmarks/longmemeval/choose_rerank.py \
+    "${args[@]}" --output "$OUT/topm_retrain_choice.json" | tail -n 12
+  "$PY" scripts/derived_sidecars.py "$OUT"
+}
+
 case "$STEP" in
   # step 2 of topm for one dataset only, or one variant of it (runs may go side by side)
   runs-lme:*|runs-loc:*) VARIANTS=("${STEP#*:}"); "runs_${STEP:5:3}";;
@@ -212,6 +240,8 @@ case "$STEP" in
   topm) topm;;
   people) people;;
   rerank) rerank;;
+  retrain) retrain;;
   heldout) heldout;;
-  *) echo "unknown step $STEP (topm|people|rerank|heldout|runs-lme|runs-loc)" >&2; exit 2;;
+  *) echo "unknown step $STEP (topm|people|rerank|retrain|heldout|runs-lme|runs-loc)" >&2
+     exit 2;;
 esac

@@ -18,7 +18,7 @@ echo "$(basename "$0") $*" >> "$CALLS"
 """
 
 
-def _rerank_folds(tmp_path: Path, depths: str, alphas: str) -> list[str]:
+def _rerank_folds(tmp_path: Path, depths: str, alphas: str, prefix: str = "") -> list[str]:
     if shutil.which("bash") is None:
         pytest.skip("bash not available")
     for name in ("engram-eval", "python"):
@@ -26,7 +26,7 @@ def _rerank_folds(tmp_path: Path, depths: str, alphas: str) -> list[str]:
         (tmp_path / name).chmod(0o755)
     script = (f'set -euo pipefail\nE="{tmp_path}/engram-eval" PY="{tmp_path}/python" '
               f'SCRATCH=S COMMON=(--cache-dir c)\nsource "{ROOT}/scripts/_rerank_lib.sh"\n'
-              f'rerank_folds tune.json cfg.yaml o o/choice.json "{depths}" "{alphas}"\n')
+              f'{prefix}rerank_folds tune.json cfg.yaml o o/choice.json "{depths}" "{alphas}"\n')
     p = subprocess.run(["bash", "-c", script], cwd=tmp_path, text=True, capture_output=True,
                        env={**os.environ, "CALLS": str(tmp_path / "calls")}, timeout=60)
     assert p.returncode == 0, p.stderr
@@ -62,3 +62,17 @@ def test_an_existing_choice_is_left_alone(tmp_path: Path) -> None:
     (tmp_path / "o" / "choice.json").write_text("{}")
     calls = _rerank_folds(tmp_path, "20", "0.8")
     assert not [c for c in calls if c.startswith("python ")]
+
+
+def test_other_fold_cross_encoders_and_run_names(tmp_path: Path) -> None:
+    """CE_NAME picks $SCRATCH/CE_NAME{0,1}; RUN_TAG prefixes the reranked runs and their
+    candidates; the first-stage halves keep their names (shared with the default family)."""
+    calls = _rerank_folds(tmp_path, "20", "0.9", prefix="CE_NAME=ce_x RUN_TAG=new_ ")
+    runs = [c.split(" --output ", 1)[1] for c in calls if c.startswith("engram-eval run ")]
+    assert [r.split()[0] for r in runs] == ["o/fold0_none.jsonl", "o/fold1_none.jsonl",
+                                           "o/fold0_new_d20_a0.9.jsonl",
+                                           "o/fold1_new_d20_a0.9.jsonl"]
+    assert "--reranker-model S/ce_x0 " in runs[2] and "--reranker-model S/ce_x1 " in runs[3]
+    choose = next(c for c in calls if c.startswith("python "))
+    assert ("--candidate new_d20_a0.9 o/fold0_new_d20_a0.9.jsonl.gz "
+            "o/fold1_new_d20_a0.9.jsonl.gz") in choose
