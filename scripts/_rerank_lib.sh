@@ -18,7 +18,8 @@
 #                                     ($SCRATCH/ce_fold{0,1}; ONNX int8, turn unit, max length
 #                                     128) at every depth in DEPTHS and blend in ALPHAS (each a
 #                                     space-separated list); choose_rerank.py picks by section
-#                                     6's objective -> CHOICE. CE_NAME (default ce_fold) names
+#                                     6's objective -> CHOICE (none when CHOICE is empty: the
+#                                     caller pools the runs itself). CE_NAME (default ce_fold) names
 #                                     other fold cross-encoders ($SCRATCH/CE_NAME{0,1}) and
 #                                     RUN_TAG (default empty) prefixes their reranked runs'
 #                                     names (DIR/fold{0,1}_RUN_TAGd..._a...)
@@ -89,6 +90,6 @@ rerank_folds() {
       done
     done
   done
-  [ -e "$choice" ] || "$PY" benchmarks/longmemeval/choose_rerank.py "${args[@]}" \
-    --output "$choice" | tail -n 12
+  [ -z "$choice" ] || [ -e "$choice" ] || "$PY" benchmarks/longmemeval/choose_rerank.py \
+    "${args[@]}" --output "$choice" | tail -n 12
 }

@@ -219,7 +219,7 @@ retrain() {
   done
   echo "== each half reranked by the retrained fold cross-encoder that never saw it"
   CE_NAME=ce_topm_fold RUN_TAG=new_ rerank_folds "$LME_TUNE" "$OUT/topm_first_stage.yaml" \
-    "$OUT" "$SCRATCH/topm_retrain_only.json" "$DEPTH" "${ALPHAS[*]}"
+    "$OUT" "" "$DEPTH" "${ALPHAS[*]}"
   args=(--candidate none "$OUT/fold0_none.jsonl.gz" "$OUT/fold1_none.jsonl.gz"
         --candidate "v2_d${DEPTH}_a0.8" "$OUT/fold0_d${DEPTH}_a0.8.jsonl.gz"
         "$OUT/fold1_d${DEPTH}_a0.8.jsonl.gz")

@@ -18,7 +18,8 @@ echo "$(basename "$0") $*" >> "$CALLS"
 """
 
 
-def _rerank_folds(tmp_path: Path, depths: str, alphas: str, prefix: str = "") -> list[str]:
+def _rerank_folds(tmp_path: Path, depths: str, alphas: str, prefix: str = "",
+                  choice: str = "o/choice.json") -> list[str]:
     if shutil.which("bash") is None:
         pytest.skip("bash not available")
     for name in ("engram-eval", "python"):
@@ -26,7 +27,7 @@ def _rerank_folds(tmp_path: Path, depths: str, alphas: str, prefix: str = "") ->
         (tmp_path / name).chmod(0o755)
     script = (f'set -euo pipefail\nE="{tmp_path}/engram-eval" PY="{tmp_path}/python" '
               f'SCRATCH=S COMMON=(--cache-dir c)\nsource "{ROOT}/scripts/_rerank_lib.sh"\n'
-              f'{prefix}rerank_folds tune.json cfg.yaml o o/choice.json "{depths}" "{alphas}"\n')
+              f'{prefix}rerank_folds tune.json cfg.yaml o "{choice}" "{depths}" "{alphas}"\n')
     p = subprocess.run(["bash", "-c", script], cwd=tmp_path, text=True, capture_output=True,
                        env={**os.environ, "CALLS": str(tmp_path / "calls")}, timeout=60)
     assert p.returncode == 0, p.stderr
@@ -76,3 +77,9 @@ def test_other_fold_cross_encoders_and_run_names(tmp_path: Path) -> None:
     choose = next(c for c in calls if c.startswith("python "))
     assert ("--candidate new_d20_a0.9 o/fold0_new_d20_a0.9.jsonl.gz "
             "o/fold1_new_d20_a0.9.jsonl.gz") in choose
+
+
+def test_an_empty_choice_runs_every_fold_and_chooses_nothing(tmp_path: Path) -> None:
+    calls = _rerank_folds(tmp_path, "20", "0.8", choice="")
+    assert sum(c.startswith("engram-eval run ") for c in calls) == 4
+    assert not [c for c in calls if c.startswith("python ")]
