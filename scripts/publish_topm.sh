@@ -4,7 +4,8 @@
 # only, with section 14's frozen analyser and speaker rule, then the rerank stage re-checked
 # out of fold on the new chat first stage.
 #
-#   scripts/publish_topm.sh topm|people|rerank|heldout|runs-lme[:VARIANT]|runs-loc[:VARIANT] LME_DATA LOCOMO_DATA CACHE [SCRATCH]
+#   scripts/publish_topm.sh STEP LME_DATA LOCOMO_DATA CACHE [SCRATCH]
+#   STEP: topm|people|rerank|retrain|heldout|ship|heldout-v3|speed|runs-lme[:VARIANT]|runs-loc[:VARIANT]
 #
 # LME_DATA: ../shared/data/longmemeval/longmemeval_s_cleaned.dev.json.gz (development split);
 # LOCOMO_DATA: ../shared/data/locomo/locomo10.json. Run from the repository root of a clean
@@ -44,6 +45,11 @@
 #          reranked run and with its own first stage, LoCoMo's also with section 14's BM25-only
 #          run (same analyser; top m does not change it) (compare_topm_*). Whatever the held-out
 #          figures, the package defaults follow the choice made on the tune parts.
+# retrain, ship, heldout-v3, speed: the next model version (issue 27 item 5): retrain the
+#          fold cross-encoders on this first stage's candidates and re-choose out of fold;
+#          when a retrained candidate wins, train on the whole tune part and ship it
+#          (engram-ce-minilm-v3), then its one held-out regression check and its cost (the
+#          rules are in each function below).
 set -euo pipefail
 STEP="$1"
 LME="$2"
@@ -60,6 +66,7 @@ STEM=(--lexical-stemmer snowball-english --lexical-stopwords en-v1)
 VARIANTS=(d1b1 d2b1 d3b1 d1b2 d1b3)
 ALPHAS=(0.8 0.7 0.9)
 DEPTH=20
+V3=engram-ce-minilm-v3  # the next model version (ship, heldout-v3, speed)
 mkdir -p "$OUT" "$SCRATCH"
 source "$(dirname "$0")/_rerank_lib.sh"
 
@@ -232,6 +239,79 @@ retrain() {
   "$PY" scripts/derived_sidecars.py "$OUT"
 }
 
+ship() {
+  # issue 27 item 5, after retrain: when its choice is a retrained candidate, the next model
+  # version. Rules fixed before the training: a cross-encoder trained with TRAIN on the whole
+  # tune part's candidates of the new first stage (the merged fold runs the retrain step
+  # trained its fold models from), stored in section 12's form (ONNX int8, the shipped
+  # scheme), its card's settings those of the choice (depth and blend from its name; turn
+  # unit, 128 tokens, people's rerank off, as v2's card) -> engram_eval/models/$V3
+  local cand="$SCRATCH/topm_candidates.jsonl" chosen d a
+  chosen=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['chosen'])" \
+    "$OUT/topm_retrain_choice.json")
+  case "$chosen" in
+    new_d*_a*) ;;
+    *) echo "the retrain choice is $chosen, not a retrained candidate: no new version"; return 0;;
+  esac
+  d=${chosen#new_d}; d=${d%%_a*}; a=${chosen##*_a}
+  merged_candidates "$OUT" "$LME_TUNE" "$cand"
+  [ -e "$SCRATCH/ce_topm_tune" ] || "$E" train-reranker "$LME_TUNE" --run "$cand" \
+    --output "$SCRATCH/ce_topm_tune" "${TRAIN[@]}" 2>/dev/null | tail -n 2
+  [ -e "$OUT/ce_topm_tune.card.json" ] || cp "$SCRATCH/ce_topm_tune.card.json" "$OUT/"
+  "$PY" scripts/derived_sidecars.py "$OUT"
+  [ -e "engram_eval/models/$V3" ] && return 0
+  printf '{"rerank_unit": "turn", "rerank_max_length": 128, "rerank_candidates": %s, "fusion_alpha": %s, "reranker_backend": "onnx", "reranker_precision": "int8", "people_overrides": {"rerank": false}}\n' \
+    "$d" "$a" > "$SCRATCH/${V3}_settings.json"
+  "$PY" scripts/ship_reranker.py "$SCRATCH/ce_topm_tune" "$SCRATCH/ce_topm_tune.card.json" \
+    "$V3" --version 3 --settings "$SCRATCH/${V3}_settings.json" --chosen-by \
+    "rerank_candidates $d and fusion_alpha $a chosen out of fold on the tune part of the LongMemEval_S dev split, on the first stage chosen there for issue 27 item 3 (results/turn_top_m/topm_first_stage.yaml: dense_turn_top_m 3): each half reranked by a fold cross-encoder trained, with these weights' settings, on the other half's candidates of that first stage (results/turn_top_m/topm_retrain_choice.json, candidate $chosen, against the first stage alone and engram-ce-minilm-v2's family); rerank_unit, rerank_max_length and people_overrides as engram-ce-minilm-v2; int8 as section 12's stored form"
+}
+
+heldout_v3() {
+  # the next model version's held-out regression check, rules fixed before any run: the
+  # frozen first stage of the heldout step (topm_heldout_config.yaml) with $V3 at its card's
+  # settings (lme_v3), and with the fp32 model it was exported from at the same settings
+  # (lme_v3_fp32, the stored form's check, as section 12); both frozen, then each run once;
+  # paired: v3 against its fp32 source, against v2 (heldout_topm_lme_default), section 6's
+  # reranked run and its own first stage. People's chats: the card keeps their rerank off,
+  # so a LoCoMo run would repeat heldout_topm_locomo_default; none is made.
+  local cfg="$OUT/topm_heldout_config.yaml"
+  [ -e "engram_eval/models/$V3" ] || { echo "missing engram_eval/models/$V3: ship first" >&2
+    exit 1; }
+  [ -e "$SCRATCH/ce_topm_tune" ] || { echo "missing $SCRATCH/ce_topm_tune: ship first" >&2
+    exit 1; }
+  local d a
+  read -r d a < <("$PY" -c "import json,sys; s=json.load(open(sys.argv[1]))['settings']; print(s['rerank_candidates'], s['fusion_alpha'])" "engram_eval/models/$V3/card.json")
+  declare -A PART CFG
+  PART[lme_v3]="$LME_HELD"; CFG[lme_v3]="--config $cfg --rerank --reranker-model $V3"
+  PART[lme_v3_fp32]="$LME_HELD"
+  CFG[lme_v3_fp32]="--config $cfg --rerank --reranker-model $SCRATCH/ce_topm_tune \
+--reranker-backend onnx --reranker-precision fp32 --rerank-unit turn --rerank-max-length 128 \
+--rerank-candidates $d --fusion-alpha $a"
+  freeze_all_then_run heldout_topm_ lme_v3 lme_v3_fp32
+  local pairs=("$OUT/heldout_topm_lme_v3_fp32.jsonl.gz lme_v3 lme_v3_vs_fp32"
+    "$OUT/heldout_topm_lme_default.jsonl.gz lme_v3 lme_v3_vs_v2"
+    "results/longmemeval_s_dev_rerank/heldout_rerank.jsonl.gz lme_v3 lme_v3_vs_section6"
+    "$OUT/heldout_topm_lme_first_stage.jsonl.gz lme_v3 lme_v3_vs_first_stage")
+  compare_pairs heldout_topm_ compare_topm_ "${pairs[@]}"
+  "$PY" scripts/derived_sidecars.py "$OUT"
+}
+
+speed() {
+  # cost under this first stage, each pass cold in a fresh process (nothing else running):
+  # the first 30 LongMemEval tune questions, first stage and + $V3 at its card's settings;
+  # the LoCoMo tune conversations, first stage (people's chats are not reranked)
+  [ -e "$OUT/speed_tune30.json" ] || "$PY" benchmarks/longmemeval/speed_rerank.py "$LME_TUNE" \
+    --limit 30 --reranker-model "$SCRATCH/ce_topm_tune" --shipped "$V3" \
+    --passes rerank-shipped --scratch "$SCRATCH/speed_lme" --output "$OUT/speed_tune30.json" \
+    --config "$OUT/topm_heldout_config.yaml"
+  [ -e "$OUT/speed_locomo_tune.json" ] || "$PY" benchmarks/longmemeval/speed_rerank.py \
+    "$LOC_TUNE" --reranker-model "$SCRATCH/ce_topm_tune" --passes "" --protocol locomo \
+    --scratch "$SCRATCH/speed_loc" --output "$OUT/speed_locomo_tune.json" \
+    --config "$OUT/topm_heldout_config.yaml"
+  "$PY" scripts/derived_sidecars.py "$OUT"
+}
+
 case "$STEP" in
   # step 2 of topm for one dataset only, or one variant of it (runs may go side by side)
   runs-lme:*|runs-loc:*) VARIANTS=("${STEP#*:}"); "runs_${STEP:5:3}";;
@@ -242,6 +322,9 @@ case "$STEP" in
   rerank) rerank;;
   retrain) retrain;;
   heldout) heldout;;
-  *) echo "unknown step $STEP (topm|people|rerank|retrain|heldout|runs-lme|runs-loc)" >&2
+  ship) ship;;
+  heldout-v3) heldout_v3;;
+  speed) speed;;
+  *) echo "unknown step $STEP (topm|people|rerank|retrain|heldout|ship|heldout-v3|speed|runs-lme|runs-loc)" >&2
      exit 2;;
 esac

@@ -239,7 +239,7 @@ def test_people_chats_are_not_reranked_when_the_card_says_so(shipped: Path,
 SHIPPED = "engram-ce-minilm-v2"  # the package default (PROVENANCE.md sections 14 and 15)
 
 
-@pytest.mark.parametrize("name", ["engram-ce-minilm-v1", SHIPPED])
+@pytest.mark.parametrize("name", ["engram-ce-minilm-v1", "engram-ce-minilm-v2", "engram-ce-minilm-v3"])
 def test_the_shipped_reranker_resolves_with_its_card(name: str) -> None:
     """Every shipped version stays resolvable (earlier runs re-execute with theirs)."""
     ref = resolve_model(name, "reranker")
@@ -249,6 +249,15 @@ def test_the_shipped_reranker_resolves_with_its_card(name: str) -> None:
     assert card["training_card"]["part"]["split_part"] == "tune"  # never a held-out part
     size = sum(p.stat().st_size for p in Path(ref.path).iterdir())
     assert size <= 50 * 2**20  # the repository budget of issue 26
+
+
+def test_every_shipped_model_together_stays_within_the_budget() -> None:
+    """Issue 26: at most 50 MB added to the repository by shipped models, all versions
+    together (a settings-only version adds its card alone)."""
+    from engram_eval.retrieval.models import SHIPPED_ROOT
+
+    total = sum(p.stat().st_size for p in Path(SHIPPED_ROOT).rglob("*") if p.is_file())
+    assert total <= 50 * 10**6
 
 
 def test_rerank_runs_offline_on_the_fixture_and_verifies(tmp_path: Path) -> None:
