@@ -552,6 +552,7 @@ def test_per_shape_calibration_applies_with_the_rerank_and_scores_each_pair_once
     from engram_eval.production.search import Engine, memory_signals
     from engram_eval.production.settings import ProductionSettings
     from engram_eval.production_eval.fixture import load_fixture
+    from engram_eval.production_eval.runner import effective_settings
 
     assert ProductionSettings().rerank  # the package's default pipeline
     cal, rec = tmp_path / "cal.json", tmp_path / "settings.json"
@@ -573,6 +574,8 @@ def test_per_shape_calibration_applies_with_the_rerank_and_scores_each_pair_once
     engine = Engine(settings)
     assert engine.applies_calibration() and engine.model_for("short") is not None
     assert "over the cross-encoder's reranking" in engine.describe()["confidence"]
+    recorded = effective_settings(engine, REPO)  # a run names and hashes the calibration
+    assert recorded["calibration"] == str(cal) and len(recorded["calibration_sha256"]) == 64
     cross = engine.cross()
     seen: list[tuple[str, str]] = []
     inner = cross.raw_scores
