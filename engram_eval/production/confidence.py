@@ -319,7 +319,7 @@ def settings_file_for(calibration: str | Path) -> str | None:
 
 def _effective(settings: dict[str, Any]) -> dict[str, Any]:
     """``settings`` without what cannot act: without a rerank anywhere, the rerank fields
-    (model, backend, unit, blend...) and a people override that keeps the rerank off. A
+    (model, backend, unit, blend...), the gate's ``rerank_confidence`` and a people override that keeps the rerank off. A
     calibration fitted before the rerank stage became the default therefore still matches
     the same settings with ``rerank`` false, whatever the rerank defaults are now."""
     from dataclasses import fields as dc_fields
@@ -331,6 +331,7 @@ def _effective(settings: dict[str, Any]) -> dict[str, Any]:
         return settings
     rerank_fields = {f.name for f in dc_fields(RetrievalSettings)
                      if f.metadata.get("group") == "rerank" and f.name != "rerank"}
+    rerank_fields.add("rerank_confidence")  # the gate's source with a rerank
     out = {k: v for k, v in settings.items() if k not in rerank_fields}
     if "people_overrides" in settings:
         out["people_overrides"] = {k: v for k, v in people.items()

@@ -149,9 +149,12 @@ class Engine:
 
     def applies_calibration(self) -> bool:
         """Whether the gate's confidence comes from the calibration: always without the rerank
-        stage; with it, when the calibration is per memory shape (version 4 on; an older one
-        leaves the confidence to the cross-encoder's sigmoid, and is read but not checked)."""
-        return not self.settings.rerank or isinstance(self._loaded(), ShapeCalibration)
+        stage; with it, under ``rerank_confidence`` 'calibration' when the calibration is per
+        memory shape (version 4 on; an older one, or 'sigmoid', leaves the confidence to the
+        cross-encoder's sigmoid, and the calibration is read but not checked)."""
+        s = self.settings
+        return not s.rerank or (s.rerank_confidence == "calibration"
+                                and isinstance(self._loaded(), ShapeCalibration))
 
     def model_for(self, shape: str) -> Calibration | ContextCalibration | None:
         """The calibration model the gate applies to memories of ``shape``: a per-shape

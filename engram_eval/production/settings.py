@@ -71,11 +71,12 @@ def data_file(path: str | Path) -> Path:
 
 #: Gate fields (not retrieval settings). The excerpt retry changes confidences, so a
 #: calibration depends on it; the others only cut what is returned.
-GATE_FIELDS = ("candidates", "excerpt_retry", "excerpt_max_words", "limit", "min_confidence",
+GATE_FIELDS = ("candidates", "excerpt_retry", "excerpt_max_words", "rerank_confidence", "limit",
+               "min_confidence",
                "cutoff", "calibration")
 _NOT_CALIBRATED = ("candidates", "limit", "min_confidence", "cutoff", "calibration")
 #: A gate field a record predates -> the value that reproduces what it was made with.
-GATE_LEGACY = {"cutoff": "fixed"}
+GATE_LEGACY = {"cutoff": "fixed", "rerank_confidence": "sigmoid"}
 
 #: What production search used, before it took the package's retrieval defaults, for the
 #: fields where they differ (the first stage before PROVENANCE.md section 14, no rerank, the
@@ -114,6 +115,14 @@ class ProductionSettings(RetrievalSettings):
                              "it, v4 without)", group=GATE_GROUP)
     excerpt_max_words: int = _f(160, "excerpt length limit in words", group=GATE_GROUP, lo=8,
                                 hi=2000)
+    rerank_confidence: str = _f(
+        "calibration", "with the rerank stage on, where the gate's confidence comes from: "
+        "'calibration' = the calibration's model of the memory shape (a per-shape calibration, "
+        "version 4 on; with an older one, the cross-encoder's sigmoid); 'sigmoid' = the "
+        "sigmoid of the cross-encoder's logit of the memory text, uncalibrated (what "
+        "production did with the rerank on before it took the package's default pipeline; a "
+        "record without this field was made so)", group=GATE_GROUP,
+        choices=("calibration", "sigmoid"))
     limit: int = _f(3, "result limit", group=GATE_GROUP, lo=1, hi=10000)
     min_confidence: float = _f(0.6, "confidence cut-off (a relevance threshold, not a "
                                "probability of correctness) under --cutoff fixed, and where "

@@ -634,3 +634,33 @@ def test_the_v4_default_refuses_other_settings_naming_the_file_that_reproduces_i
     off = dataclasses.replace(ProductionSettings(), rerank=False)
     with pytest.raises(ConfigError, match="fitted under other settings"):
         check_calibration(cal, cal.embedding_sha256, off.retrieval_part())
+
+
+def test_a_record_from_before_the_calibrated_rerank_gate_reads_as_the_sigmoid() -> None:
+    """Production runs published with the rerank on before production applied a per-shape
+    calibration with it (results/shipped_reranker/production_*.json) record no
+    ``rerank_confidence``: they read as 'sigmoid', the gate they ran, so they rebuild as
+    made; under 'sigmoid' the engine applies no calibration, reads none, and names the
+    sigmoid; the field does not act without a rerank (calibration v4 is accepted either
+    way)."""
+    import dataclasses
+
+    from engram_eval.production.confidence import check_calibration, load_calibration
+    from engram_eval.production.search import Engine
+    from engram_eval.production.settings import RECORDED_SETTINGS_V4, ProductionSettings, data_file
+
+    published = json.loads((REPO / "results" / "shipped_reranker" / "production_dev.json")
+                           .read_text())["settings"]
+    assert published["rerank"] and "rerank_confidence" not in published
+    made = ProductionSettings.from_recorded(published)
+    assert made.rerank and made.rerank_confidence == "sigmoid"
+    assert ProductionSettings().rerank_confidence == "calibration"
+    engine = Engine(dataclasses.replace(made, calibration="/nonexistent/calibration.json"))
+    assert not engine.applies_calibration() and engine.model_for("short") is None
+    assert engine.describe()["confidence"] == "sigmoid(cross-encoder logit)"
+
+    cal = load_calibration(data_file("engram_eval/production/data/calibration_v4.json"))
+    v4 = ProductionSettings.from_recorded(json.loads(data_file(RECORDED_SETTINGS_V4).read_text()))
+    for source in ("sigmoid", "calibration"):  # no rerank: the field cannot act
+        check_calibration(cal, cal.embedding_sha256,
+                          dataclasses.replace(v4, rerank_confidence=source).retrieval_part())
