@@ -6,7 +6,10 @@
 #   scripts/publish_confidence_v4.sh [fit|measure] LME_DATA LOCOMO_DATA CACHE [SCRATCH]
 #
 # fit (the default) is the fit below; measure is the held-out measurement of the package
-# default gate (calibration v4, each shape's recorded cut-off, no excerpt retry) after it:
+# default gate of the time (calibration v4, each shape's recorded cut-off, no excerpt retry)
+# after it. Production's defaults have since become the benchmark runner's pipeline (issue 26
+# item 3), so both phases name the settings v4 was fitted under (SETTINGS, settings_v4.json;
+# measure: with --cutoff calibrated, as the frozen manifests record):
 #   every manifest frozen before any measurement (OUT/*.frozen.json), then each run once:
 #   - chat: the LongMemEval held-out part read from section 14's held-out run of the same
 #     configuration the chat model was fitted on (results/lexical/heldout_lme_default), its
@@ -32,7 +35,9 @@
 #    - people: the LoCoMo tune conversations through section 16's run of the package default
 #      (results/confidence_study/locomo_tune_default.jsonl.gz);
 #    - short: fixtures/production/train_short.json through production search (its settings:
-#      the package's production defaults, excerpt retry off);
+#      the package's production defaults of the time, excerpt retry off; a refit reads them
+#      from settings_v4.json as committed, since the working tree's copy is this step's
+#      output);
 #    runs made before the pipeline traced gate_features have them computed from their traces
 #    by the same functions (engram_eval/retrieval/gate_features.py). Platt on each question's
 #    top candidate, GroupKFold(5) by question / conversation / case, C 1; cut-off target 0.9
@@ -88,6 +93,7 @@ if [ "$PHASE" = measure ]; then
   for n in "${MEASURED[@]}"; do
     read -r -a cmd <<< "${WHAT[$n]}"
     "$E" production "${cmd[@]}" --source-root . --validate-only \
+      --settings "$SETTINGS" --cutoff calibrated \
       --freeze-source "$OUT/$n.frozen.json" | tail -n 1
   done
   echo "== 3. each measured once under its manifest"
@@ -96,6 +102,7 @@ if [ "$PHASE" = measure ]; then
     extra=(--work-dir "$SCRATCH/work_$n")  # run: a store per case
     [ "${cmd[0]}" = measure ] && extra=(--dataset-label "${LABEL[$n]}")
     "$E" production "${cmd[@]}" --source-root . --frozen-source "$OUT/$n.frozen.json" \
+      --settings "$SETTINGS" --cutoff calibrated \
       --output "$OUT/$n.json" "${extra[@]}" | tail -n 30
   done
   "$PY" scripts/derived_sidecars.py "$OUT"
@@ -103,7 +110,9 @@ if [ "$PHASE" = measure ]; then
 fi
 
 echo "== 2. calibration v4 per memory shape (tuning data only)"
-"$E" production calibrate-sessions --per-shape --feature-set v4 \
+FITTED_UNDER="$SCRATCH/settings_v4.fitted_under.json"
+git show "HEAD:$SETTINGS" > "$FITTED_UNDER"
+"$E" production calibrate-sessions --per-shape --feature-set v4 --settings "$FITTED_UNDER" \
   --run lme_tune=results/lexical/fold0_d20_a0.8.jsonl.gz \
   --run lme_tune=results/lexical/fold1_d20_a0.8.jsonl.gz --run-data lme_tune="$LME_TUNE" \
   --run locomo_tune=results/confidence_study/locomo_tune_default.jsonl.gz \

@@ -33,21 +33,28 @@ SETTINGS_GROUPS = {
     "lexical": "BM25 signals and pseudo-relevance feedback",
     "fusion": "how the signals are combined",
     "temporal": "the query's time window",
-    "rerank": "cross-encoder rerank (in production its sigmoid is the confidence)",
+    "rerank": "cross-encoder rerank (in production, with a calibration of versions 1-3, its "
+              "sigmoid is the confidence)",
     "coverage": "prior-leader coverage after a rerank",
     "gate": "the confidence gate: candidates, excerpt retry, limit, cut-off, calibration",
 }
 
 
 def add_settings_arguments(p: argparse.ArgumentParser) -> None:
-    from engram_eval.production.settings import RECORDED_SETTINGS_V1, ProductionSettings
+    from engram_eval.production.settings import (
+        RECORDED_SETTINGS_V1,
+        RECORDED_SETTINGS_V4,
+        ProductionSettings,
+    )
     from engram_eval.retrieval.flags import add_field_arguments
 
     p.add_argument("--settings", metavar="RECORD",
                    help="start from these recorded settings (a JSON settings mapping, or a "
                         "production output whose 'settings' it holds) instead of the package "
-                        f"defaults; the published runs' settings are {RECORDED_SETTINGS_V1}. "
-                        "The options below override it.")
+                        f"defaults; the published runs' settings are {RECORDED_SETTINGS_V1}, "
+                        f"calibration v4's {RECORDED_SETTINGS_V4}. A field the record lacks "
+                        "takes the value production used before it was recorded. The options "
+                        "below override it.")
     add_field_arguments(p, ProductionSettings, SETTINGS_GROUPS)
 
 

@@ -292,13 +292,34 @@ def check_calibration(cal: AnyCalibration, embedding_sha256: str,
     d = diff(_effective({k: v for k, v in recorded.items() if k != "embedding_model"}),
              _effective({k: v for k, v in settings.items() if k != "embedding_model"}))
     if d:
+        given = settings_file_for(cal.path)
+        how = (f"pass --settings {given} to reproduce it" if given else
+               "pass --settings with the settings it records to reproduce it")
         raise ConfigError(f"{cal.path}: calibration was fitted under other settings: "
-                          + "; ".join(d[:5]))
+                          + "; ".join(d[:5]) + f"; {how}")
+
+
+def settings_file_for(calibration: str | Path) -> str | None:
+    """The settings file packaged beside a calibration file (``calibration_X.json`` ->
+    ``settings_X.json``, the settings it was fitted under), named as ``--settings`` takes it
+    (relative to the package's root for a package file); None when there is none."""
+    from engram_eval.io import package_root
+
+    p = Path(calibration)
+    if not p.name.startswith("calibration_"):
+        return None
+    s = p.with_name("settings_" + p.name.removeprefix("calibration_"))
+    if not s.is_file():
+        return None
+    try:
+        return s.resolve().relative_to(package_root()).as_posix()
+    except ValueError:
+        return str(s)
 
 
 def _effective(settings: dict[str, Any]) -> dict[str, Any]:
     """``settings`` without what cannot act: without a rerank anywhere, the rerank fields
-    (model, backend, unit, blend...) and a people override that keeps the rerank off. A
+    (model, backend, unit, blend...), the gate's ``rerank_confidence`` and a people override that keeps the rerank off. A
     calibration fitted before the rerank stage became the default therefore still matches
     the same settings with ``rerank`` false, whatever the rerank defaults are now."""
     from dataclasses import fields as dc_fields
@@ -310,6 +331,7 @@ def _effective(settings: dict[str, Any]) -> dict[str, Any]:
         return settings
     rerank_fields = {f.name for f in dc_fields(RetrievalSettings)
                      if f.metadata.get("group") == "rerank" and f.name != "rerank"}
+    rerank_fields.add("rerank_confidence")  # the gate's source with a rerank
     out = {k: v for k, v in settings.items() if k not in rerank_fields}
     if "people_overrides" in settings:
         out["people_overrides"] = {k: v for k, v in people.items()

@@ -7,15 +7,20 @@ user sessions (their dense pieces and vectors as the store persisted them):
    fusion -> temporal -> rerank -> coverage) under the retrieval part of
    :class:`~engram_eval.production.settings.ProductionSettings` (the package defaults unless a
    recorded setting says otherwise). The first ``candidates`` memories of its ranking go on.
-2. Confidence (:mod:`.confidence`): the sigmoid of the cross-encoder logit of the memory text
-   when a reranker is configured (the logit the pipeline's rerank stage computed for a
-   memory it reranked, so no candidate is scored twice), else the calibrated logistic of absolute signals (the dense
-   score, the query terms the memory holds, and the time feature: +1 inside the query's time
-   window, -1 outside, 0 without a window, a memory date, or the temporal step); with a
-   version-3 calibration (fitted on real sessions), its model of absolute signals and
-   per-question context (:mod:`.features`) over the candidates; with a version-4 one, the
+2. Confidence (:mod:`.confidence`): with a per-memory-shape calibration (version 4 on), the
    model of the memories' shape (:func:`engram_eval.data.records.corpus_shape`; a store's
-   memories are ``short``), named in the response's ``question["shape"]``.
+   memories are ``short``, named in the response's ``question["shape"]``), with or without
+   the rerank stage: its features are absolute signals and per-question context
+   (:mod:`.features`; feature set v4 reads the ``gate_features`` the pipeline traces, which
+   it computes with or without a rerank), fitted under the settings it records. With an
+   older calibration (versions 1-3): when the rerank stage is on, the sigmoid of the
+   cross-encoder logit of the memory text; else the calibrated logistic of absolute signals
+   (the dense score, the query terms the memory holds, and the time feature: +1 inside the
+   query's time window, -1 outside, 0 without a window, a memory date, or the temporal step),
+   or with a version-3 calibration (fitted on real sessions) its model of absolute signals and
+   per-question context over the candidates. Each candidate is scored by the cross-encoder
+   at most once: the logit the pipeline's rerank stage computed for a memory it reranked is
+   the one the gate uses, and a pair is never given to the cross-encoder twice.
 3. Focused-excerpt retry: a long memory the gate rejects tries one focused excerpt
    (:func:`engram_eval.retrieval.passages.select_excerpt`, at most one per memory), whatever
    the other candidates scored; the larger confidence survives.
@@ -103,6 +108,7 @@ class Engine:
             retrieval, vector_cache=vector_cache)
         self.vector_cache = vector_cache
         self._calibration: AnyCalibration | None = None
+        self._read: AnyCalibration | None = None
 
     @property
     def embedding_ref(self) -> ModelRef:
@@ -127,18 +133,35 @@ class Engine:
         read from the package, wherever the process runs."""
         return data_file(self.settings.calibration or DEFAULT_CALIBRATION)
 
+    def _loaded(self) -> AnyCalibration:
+        """The calibration file, read (not checked) once."""
+        if self._read is None:
+            self._read = load_calibration(self.calibration_path())
+        return self._read
+
     def calibration(self) -> AnyCalibration:
         """The offline calibration, checked against this engine's model files and settings."""
         if self._calibration is None:
-            cal = load_calibration(self.calibration_path())
+            cal = self._loaded()
             check_calibration(cal, self.embedding_ref.sha256, self.settings.retrieval_part())
             self._calibration = cal
         return self._calibration
 
+    def applies_calibration(self) -> bool:
+        """Whether the gate's confidence comes from the calibration: always without the rerank
+        stage; with it, under ``rerank_confidence`` 'calibration' when the calibration is per
+        memory shape (version 4 on; an older one, or 'sigmoid', leaves the confidence to the
+        cross-encoder's sigmoid, and the calibration is read but not checked)."""
+        s = self.settings
+        return not s.rerank or (s.rerank_confidence == "calibration"
+                                and isinstance(self._loaded(), ShapeCalibration))
+
     def model_for(self, shape: str) -> Calibration | ContextCalibration | None:
-        """The calibration model the gate applies to memories of ``shape`` (None with a
-        rerank: the confidence is then the cross-encoder's sigmoid)."""
-        if self.settings.rerank:
+        """The calibration model the gate applies to memories of ``shape``: a per-shape
+        calibration's model of the shape (with or without a rerank), an older calibration
+        without a rerank; None with a rerank and an older calibration (versions 1-3: the
+        confidence is then the cross-encoder's sigmoid)."""
+        if not self.applies_calibration():
             return None
         cal = self.calibration()
         return cal.for_shape(shape) if isinstance(cal, ShapeCalibration) else cal
@@ -179,14 +202,17 @@ class Engine:
                                shape=shape)
 
     def describe(self) -> dict[str, Any]:
+        """The settings and where the gate's confidence comes from (:meth:`model_for`)."""
         d: dict[str, Any] = {"settings": self.settings.to_json()}
-        if self.settings.rerank:
+        if not self.applies_calibration():
             d["confidence"] = "sigmoid(cross-encoder logit)"
         else:
             cal = self.calibration()
             d["confidence"] = (
                 "calibrated model of absolute signals and per-question context, one per "
-                "memory shape (calibration v4)" if isinstance(cal, ShapeCalibration) else
+                "memory shape (calibration v4 on)"
+                + (", over the cross-encoder's reranking" if self.settings.rerank else "")
+                if isinstance(cal, ShapeCalibration) else
                 "calibrated model of absolute signals and per-question context "
                 "(calibration v3, real sessions)" if isinstance(cal, ContextCalibration)
                 else "calibrated logistic of absolute signals (dense, terms, time)")
@@ -249,9 +275,11 @@ def memory_signals(engine: Engine, query: str, now: str, memories: Sequence[Memo
 def gate_cutoff(settings: ProductionSettings,
                 model: Calibration | ContextCalibration | None) -> float:
     """The gate's cut-off: under ``cutoff`` 'calibrated', the one ``model`` (the calibration
-    model the gate applies: a version-3 file, or a version-4 file's model of the memory
-    shape) records, chosen on its training data; ``min_confidence`` under 'fixed', with a
-    rerank (no calibration), or for a model that records none (versions 1-2)."""
+    model the gate applies, :meth:`Engine.model_for`: a version-3 file, or a per-shape file's
+    model of the memory shape, with or without a rerank) records, chosen on its training
+    data; ``min_confidence`` under 'fixed', with no model (a rerank with a calibration of
+    versions 1-3: the cross-encoder's sigmoid), or for a model that records none (versions
+    1-2)."""
     recorded = getattr(model, "cutoff", None)
     if settings.cutoff == "calibrated" and recorded is not None:
         return float(recorded)
@@ -277,7 +305,7 @@ def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[
     sig = memory_signals(engine, query, now, memories, pieces, vectors)
     cands = sig["order"][: s.candidates]
     shape_used = None
-    if not s.rerank and isinstance(engine.calibration(), ShapeCalibration):
+    if engine.applies_calibration() and isinstance(engine.calibration(), ShapeCalibration):
         shape_used = shape if shape is not None else corpus_shape(memory_sessions(memories))
     cal = engine.model_for(shape_used or "short")
     cut = gate_cutoff(s, cal) if min_confidence is None else min_confidence
@@ -294,13 +322,12 @@ def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[
         return [scored[p] for p in pairs]
 
     def conf_full(idxs: list[int]) -> dict[int, float]:
-        if s.rerank:
+        if cal is None:  # a rerank without a per-shape calibration: the sigmoid
             known = sig["cross_raw"]  # scored by the pipeline's rerank stage: never twice
             todo = [i for i in idxs if i not in known]
             raw = dict(zip(todo, cross_once([(query, memories[i].text) for i in todo]),
                            strict=True)) if todo else {}
             return {i: sigmoid(known[i] if i in known else raw[i]) for i in idxs}
-        assert cal is not None
         if isinstance(cal, ContextCalibration):
             conf = cal.confidences(cal.features(query, sig, cands))
             return {i: float(conf[cands.index(i)]) for i in idxs}
@@ -325,11 +352,10 @@ def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[
                 excerpts[i] = ex
         if excerpts:
             ids = list(excerpts)
-            if s.rerank:
+            if cal is None:
                 raw = cross_once([(query, excerpts[i].text) for i in ids])
                 ex_conf = {i: sigmoid(x) for i, x in zip(ids, raw, strict=True)}
             else:
-                assert cal is not None
                 vecs = engine.encoder().encode([excerpts[i].text for i in ids])
                 ex_conf = {}
                 for i, v in zip(ids, vecs, strict=True):

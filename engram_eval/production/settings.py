@@ -2,17 +2,21 @@
 
 :class:`ProductionSettings` inherits :class:`~engram_eval.retrieval.settings.RetrievalSettings`
 (the one place where a retrieval default or bound lives), so production search ranks with the
-package's default pipeline unless told otherwise (one exception: the rerank stage is off, see
-the field), and adds the gate: how many candidates get
-a confidence, the focused-excerpt retry, the result limit, the confidence cut-off (fixed, or
-the one the calibration records) and the calibration file.
+package's default pipeline (the benchmark runner's, rerank stage included) unless told
+otherwise, and adds the gate: how many candidates get a confidence, the focused-excerpt
+retry, the result limit, the confidence cut-off (fixed, or the one the calibration records)
+and the calibration file.
 
-The published production runs (results/production/) were made under the settings they
-record, in the older flat layout (``piece_words``, ``weight_bm25``, reciprocal-rank fusion of
-dense and memory BM25, torch embeddings); :meth:`ProductionSettings.from_recorded` maps such
-a record onto these fields, and the packaged ``calibration_v1.json`` was fitted under them, so
-the calibration check compares both in this layout. A calibration records the settings it was
-fitted under and refuses any other (:func:`engram_eval.production.confidence.check_calibration`).
+A calibration records the settings it was fitted under and refuses any other
+(:func:`engram_eval.production.confidence.check_calibration`); the settings each packaged
+calibration was fitted under are packaged beside it (``settings_vN.json``, passed with
+``--settings``). The published production runs (results/production/) were made under the
+settings they record, in the older flat layout (``piece_words``, ``weight_bm25``,
+reciprocal-rank fusion of dense and memory BM25, torch embeddings);
+:meth:`ProductionSettings.from_recorded` maps such a record onto these fields, and the
+packaged ``calibration_v1.json`` was fitted under them, so the calibration check compares
+both in this layout. A record that lacks a field was made before production took the
+package's retrieval defaults, with that field's value in :data:`RECORD_LEGACY`.
 """
 
 from __future__ import annotations
@@ -26,24 +30,14 @@ from typing import Any
 from engram_eval.errors import ConfigError
 from engram_eval.retrieval.settings import GATE_GROUP, RetrievalSettings, _f
 
-#: people_overrides of the first stage the packaged calibrations were fitted under.
-PRODUCTION_PEOPLE: dict[str, Any] = {"normalisation": "zscore", "temporal": False,
-                                     "weight_bm25_user": 1.0, "rerank": False}
-
-
-def _pinned(name: str, value: Any) -> Any:
-    """The retrieval field ``name`` (help, group, bounds) with production's own default."""
-    meta = next(f for f in fields(RetrievalSettings) if f.name == name).metadata
-    return _f(value, f"{meta['help']} (production: {value!r}, the first stage its "
-              "calibrations were fitted under)", group=meta["group"],
-              fingerprint=meta["fingerprint"], choices=meta["choices"], lo=meta["lo"],
-              hi=meta["hi"], cli=meta["cli"], hidden=meta["hidden"])
-
-
 #: The package default gate: calibration v4, one model per memory shape (PROVENANCE.md
 #: section 17), with the cut-off each model records (``cutoff`` 'calibrated') and no excerpt
 #: retry (it was fitted without one).
 DEFAULT_CALIBRATION = "engram_eval/production/data/calibration_v4.json"
+#: The settings calibration v4 was fitted under (the first stage before PROVENANCE.md
+#: section 14, no rerank): the package defaults have moved on, so these reproduce it
+#: (``--settings`` this file).
+RECORDED_SETTINGS_V4 = "engram_eval/production/data/settings_v4.json"
 #: The default before it (calibration v2, fitted on the synthetic dev fixture): these
 #: settings reproduce it (``--settings`` this file).
 RECORDED_SETTINGS_V2 = "engram_eval/production/data/settings_v2.json"
@@ -77,11 +71,25 @@ def data_file(path: str | Path) -> Path:
 
 #: Gate fields (not retrieval settings). The excerpt retry changes confidences, so a
 #: calibration depends on it; the others only cut what is returned.
-GATE_FIELDS = ("candidates", "excerpt_retry", "excerpt_max_words", "limit", "min_confidence",
+GATE_FIELDS = ("candidates", "excerpt_retry", "excerpt_max_words", "rerank_confidence", "limit",
+               "min_confidence",
                "cutoff", "calibration")
 _NOT_CALIBRATED = ("candidates", "limit", "min_confidence", "cutoff", "calibration")
 #: A gate field a record predates -> the value that reproduces what it was made with.
-GATE_LEGACY = {"cutoff": "fixed"}
+GATE_LEGACY = {"cutoff": "fixed", "rerank_confidence": "sigmoid"}
+
+#: What production search used, before it took the package's retrieval defaults, for the
+#: fields where they differ (the first stage before PROVENANCE.md section 14, no rerank, the
+#: people overrides of the calibrations v2-v4). Not defaults: a record lacking a field (made
+#: before the field existed: the published runs, calibrations v1-v3) was made with this value,
+#: so :meth:`ProductionSettings.from_recorded` reads it so, never as a later default.
+RECORD_LEGACY: dict[str, Any] = {
+    "dense_turn_top_m": 1, "use_dense_rocchio": False, "use_bm25_prf": False,
+    "lexical_stemmer": "none", "lexical_stopwords": "none", "normalisation": "minmax",
+    "weight_bm25_user": 0.3, "weight_bm25_turn": 0.3, "weight_bm25_prf": 0.0,
+    "weight_dense_rocchio": 0.0, "rerank": False,
+    "people_overrides": {"normalisation": "zscore", "temporal": False,
+                         "weight_bm25_user": 1.0, "rerank": False}}
 
 #: The older flat record (published runs, calibration_v1.json) -> these field names.
 _LEGACY_NAMES = {"piece_words": "dense_piece_words", "piece_overlap": "dense_piece_overlap",
@@ -100,29 +108,6 @@ class ProductionSettings(RetrievalSettings):
     """Every setting of production search: the retrieval settings (package defaults) plus
     the gate. Validated on construction like its retrieval part."""
 
-    # The one retrieval default production does not share: the rerank stage stays off,
-    # because its confidence would be the cross-encoder's sigmoid, which no calibration has
-    # fitted. Measured on the dev fixture (results/shipped_reranker/production_dev.json,
-    # PROVENANCE.md section 12): with the shipped reranker as the gate at the 0.6 cut-off,
-    # 13 of 43 answerable questions get a result (the calibrated first-stage gate: section 4).
-    rerank: bool = _f(False, "rerank with the cross-encoder; in production its sigmoid then "
-                      "becomes the gate's confidence (uncalibrated; off by default)",
-                      group="rerank")
-    # The first stage the packaged calibrations were fitted under (the retrieval defaults
-    # before PROVENANCE.md section 14): a calibration refuses any other settings, and none has
-    # been fitted under the new analyser and fusion yet, so production keeps these until one
-    # is (issue 30), as it keeps the rerank stage off.
-    dense_turn_top_m: int = _pinned("dense_turn_top_m", 1)
-    use_dense_rocchio: bool = _pinned("use_dense_rocchio", False)
-    use_bm25_prf: bool = _pinned("use_bm25_prf", False)
-    lexical_stemmer: str = _pinned("lexical_stemmer", "none")
-    lexical_stopwords: str = _pinned("lexical_stopwords", "none")
-    normalisation: str = _pinned("normalisation", "minmax")
-    weight_bm25_user: float = _pinned("weight_bm25_user", 0.3)
-    weight_bm25_turn: float = _pinned("weight_bm25_turn", 0.3)
-    weight_bm25_prf: float = _pinned("weight_bm25_prf", 0.0)
-    weight_dense_rocchio: float = _pinned("weight_dense_rocchio", 0.0)
-    people_overrides: dict = _pinned("people_overrides", PRODUCTION_PEOPLE)
     candidates: int = _f(10, "memories, best first after the retrieval pipeline, that get a "
                          "confidence", group=GATE_GROUP, lo=1, hi=10000)
     excerpt_retry: bool = _f(False, "a candidate the gate rejects tries one focused excerpt; "
@@ -130,6 +115,14 @@ class ProductionSettings(RetrievalSettings):
                              "it, v4 without)", group=GATE_GROUP)
     excerpt_max_words: int = _f(160, "excerpt length limit in words", group=GATE_GROUP, lo=8,
                                 hi=2000)
+    rerank_confidence: str = _f(
+        "calibration", "with the rerank stage on, where the gate's confidence comes from: "
+        "'calibration' = the calibration's model of the memory shape (a per-shape calibration, "
+        "version 4 on; with an older one, the cross-encoder's sigmoid); 'sigmoid' = the "
+        "sigmoid of the cross-encoder's logit of the memory text, uncalibrated (what "
+        "production did with the rerank on before it took the package's default pipeline; a "
+        "record without this field was made so)", group=GATE_GROUP,
+        choices=("calibration", "sigmoid"))
     limit: int = _f(3, "result limit", group=GATE_GROUP, lo=1, hi=10000)
     min_confidence: float = _f(0.6, "confidence cut-off (a relevance threshold, not a "
                                "probability of correctness) under --cutoff fixed, and where "
@@ -139,10 +132,13 @@ class ProductionSettings(RetrievalSettings):
                      "memory shape version 4: chosen on its training data for a stated "
                      "precision), min_confidence where it records none; 'fixed' = "
                      "min_confidence", group=GATE_GROUP, choices=("fixed", "calibrated"))
-    calibration: str = _f("", "calibration file of the offline confidence; '' = the "
-                          "packaged default (DEFAULT_CALIBRATION: "
-                          "engram_eval/production/data/calibration_v4.json; the former "
-                          "default v2 with --settings "
+    calibration: str = _f("", "calibration file of the offline confidence (with a rerank: "
+                          "applied when it is per memory shape, version 4 on, else the "
+                          "cross-encoder's sigmoid is the confidence); '' = the packaged "
+                          "default (DEFAULT_CALIBRATION: "
+                          "engram_eval/production/data/calibration_v4.json, fitted under "
+                          "--settings engram_eval/production/data/settings_v4.json; the "
+                          "former default v2 under --settings "
                           "engram_eval/production/data/settings_v2.json)", group=GATE_GROUP)
 
     def to_json(self) -> dict[str, Any]:
@@ -163,8 +159,10 @@ class ProductionSettings(RetrievalSettings):
     @classmethod
     def from_recorded(cls, record: Mapping[str, Any]) -> ProductionSettings:
         """Settings from a record: this layout, or the older flat one of the published runs
-        and ``calibration_v1.json`` (detected by its ``piece_words`` key). Unknown keys are an
-        error naming them; ``calibration_sha256`` (written beside a record) is ignored."""
+        and ``calibration_v1.json`` (detected by its ``piece_words`` key). A field the record
+        lacks takes its value in :data:`GATE_LEGACY` or :data:`RECORD_LEGACY` (what production
+        used before the field was recorded), else the default. Unknown keys are an error
+        naming them; ``calibration_sha256`` (written beside a record) is ignored."""
         names = {f.name for f in fields(cls)}
         d = {k: v for k, v in record.items() if k != "calibration_sha256"}
         if "piece_words" in d:
@@ -173,4 +171,4 @@ class ProductionSettings(RetrievalSettings):
         unknown = sorted(set(d) - names)
         if unknown:
             raise ConfigError(f"production settings: unknown field(s) {unknown}")
-        return cls(**{**GATE_LEGACY, **d})
+        return cls(**{**GATE_LEGACY, **RECORD_LEGACY, **d})

@@ -113,7 +113,9 @@ def sweep(args: argparse.Namespace, engine: Engine) -> int:
     fmt = resolve_format(args.dataset, "auto")
     _, loaded = load_questions(args.dataset, fmt)
     questions = list(loaded)[: args.max_questions] if args.max_questions else list(loaded)
-    engine.calibration() if not engine.settings.rerank else None
+    applied = engine.applies_calibration()
+    if applied:
+        engine.calibration()
     t0 = time.time()
     per_q: list[dict[str, Any]] = []
     for sq in session_questions(engine, questions, fmt):
@@ -150,7 +152,7 @@ def sweep(args: argparse.Namespace, engine: Engine) -> int:
                             "top_accepted_gold_rate": "over all answerable questions"},
            "max_questions": args.max_questions, "settings": engine.settings.to_json(),
            "models": [m.to_json(with_path=False) for m in engine.models()],
-           "calibration": (None if engine.settings.rerank else
+           "calibration": (None if not applied else
                            {"path": str(engine.calibration_path()),
                             "sha256": sha256_file(engine.calibration_path())}),
            "production_cutoff": engine.settings.min_confidence,
@@ -434,6 +436,10 @@ def measure(args: argparse.Namespace, engine: Engine) -> int:
     if runs and not isinstance(cal, ShapeCalibration):
         raise ConfigError(f"{cal.path}: --run needs a version-4 calibration (its models read "
                           "the features the runs traced)")
+    if not engine.applies_calibration():
+        raise ConfigError(f"{cal.path}: with the rerank stage on, the gate applies only a "
+                          "per-shape (version-4) calibration; this one leaves the confidence "
+                          "to the cross-encoder's sigmoid, which measure does not measure")
     if runs and args.max_questions:
         raise ConfigError("--run measures every question of the runs: drop --max-questions")
     # the cut-off the gate applies to this data's memory shape (one per part)

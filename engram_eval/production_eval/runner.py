@@ -39,7 +39,6 @@ from typing import Any
 from engram_eval.errors import ProvenanceError
 from engram_eval.io import already_exists, sha256_file
 from engram_eval.production.search import Engine, SearchResponse
-from engram_eval.production.settings import DEFAULT_CALIBRATION
 from engram_eval.production.store import MemoryStore
 from engram_eval.production_eval.fixture import (
     CaseView,
@@ -68,13 +67,18 @@ SOURCES = tuple(production_sources(SEARCH_SOURCES))
 
 
 def effective_settings(engine: Engine, source_root: str | Path) -> dict[str, Any]:
+    """The settings a run records: every field, and the calibration the gate applies, hashed
+    and named (a file under ``source_root``, such as the packaged default or a recorded
+    package calibration, by its path relative to it, so a record names it the same
+    wherever the checkout is and whichever file is the default)."""
     s = engine.settings.to_json()
-    if not engine.settings.rerank:
+    if engine.applies_calibration():  # the calibration the gate applies: named and hashed
         cal = engine.calibration_path()
         s["calibration_sha256"] = sha256_file(cal)
-        default = (Path(source_root) / DEFAULT_CALIBRATION).resolve()
-        s["calibration"] = (DEFAULT_CALIBRATION if cal.resolve() == default
-                            else str(cal))
+        try:
+            s["calibration"] = cal.resolve().relative_to(Path(source_root).resolve()).as_posix()
+        except ValueError:
+            s["calibration"] = str(cal)
     return s
 
 
@@ -93,7 +97,7 @@ def validate_only(fixture: str | Path, engine: Engine, source_root: str | Path,
     """Validate ``fixture`` (and the calibration); with ``freeze_to``, write the manifest
     with exclusive creation. Returns the manifest."""
     load_fixture(fixture)
-    if not engine.settings.rerank:
+    if engine.applies_calibration():
         engine.calibration()
     manifest = current_manifest(fixture, engine, source_root)
     if freeze_to is not None:
@@ -214,7 +218,7 @@ def run_fixture(fixture: str | Path, output: str | Path, work_dir: str | Path, e
             "--frozen-source MANIFEST")
     if frozen_source is not None:
         frozen_doc = F.check_frozen(frozen_source, manifest)
-    if not engine.settings.rerank:
+    if engine.applies_calibration():
         engine.calibration()  # after the manifest check, so a changed model is named there
     if held is not None:
         assert frozen_doc is not None

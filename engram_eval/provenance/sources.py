@@ -86,6 +86,7 @@ _HASHED_BY: dict[str, str] = {
     "engram_eval/production/data/calibration_v4.json": "production confidence",
     "engram_eval/production/data/settings_v1.json": "production confidence",
     "engram_eval/production/data/settings_v2.json": "production confidence",
+    "engram_eval/production/data/settings_v4.json": "production confidence",
     "engram_eval/production/features.py": "production confidence",
     "engram_eval/production/search.py": "production confidence",
     "engram_eval/production/settings.py": "production confidence",

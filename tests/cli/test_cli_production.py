@@ -60,11 +60,11 @@ def test_options_build_the_settings() -> None:
     file's place before the move, as published commands name it) before them."""
     args = _parser().parse_args(["run", "--fixture", "f", "--source-root", ".",
                                  "--min-confidence", "0.3", "--excerpt-retry",
-                                 "--rerank", "--limit", "7", "--cutoff", "fixed"])
+                                 "--no-rerank", "--limit", "7", "--cutoff", "fixed"])
     s = CP.settings_from(args)
     assert (s.min_confidence, s.excerpt_retry, s.rerank, s.limit, s.cutoff) == (
-        0.3, True, True, 7, "fixed")
-    assert s.replace(min_confidence=0.6, excerpt_retry=False, rerank=False, limit=3,
+        0.3, True, False, 7, "fixed")
+    assert s.replace(min_confidence=0.6, excerpt_retry=False, rerank=True, limit=3,
                      cutoff="calibrated") == ProductionSettings()
     old = _parser().parse_args(["run", "--fixture", "f", "--source-root", ".", "--settings",
                                 "engram_eval/production/settings_v1.json", "--limit", "5"])
@@ -181,8 +181,11 @@ def test_store_then_search(tmp_path: Path, tiny_embedding_model: str,
         {"id": "a", "text": "I adopted a border collie puppy.", "date": "2024-03-02"},
         {"id": "b", "text": "My sister bought a cake.", "date": "2024-03-10"}]}))
     db = str(tmp_path / "m.sqlite")
+    # the rerank with a calibration of versions 1-3: the confidence is the cross-encoder's
+    # sigmoid (no calibration fitted for the tiny model)
     settings = ["--embedding-model", tiny_embedding_model, "--rerank", "--reranker-model",
-                tiny_cross_encoder, "--reranker-backend", "onnx"]
+                tiny_cross_encoder, "--reranker-backend", "onnx",
+                "--calibration", "engram_eval/production/data/calibration_v2.json"]
     assert CP.main(["store", db, "--memories", str(mems), *settings]) == 0
     import contextlib
     import io

@@ -104,6 +104,9 @@ def _store(tmp_path, settings, memories):
 
 
 MEMS = [Memory(m["id"], m["text"], m["date"]) for m in FIXTURE["cases"][0]["memories"]]
+#: A calibration of versions 1-3: with the rerank stage on, the gate does not apply it (the
+#: confidence is the cross-encoder's sigmoid), so it is read but never checked.
+NOT_PER_SHAPE = "engram_eval/production/data/calibration_v2.json"
 
 
 def test_gate_cutoff_and_limit(tmp_path, calibrated):
@@ -337,15 +340,15 @@ def test_cli_validate_only_freezes(tmp_path):
 
 
 def test_rerank_scores_each_candidate_once(tmp_path, tiny_embedding_model, tiny_cross_encoder):
-    """With the rerank stage on (turn unit), the gate's confidence is the sigmoid of the
-    logit the pipeline's rerank stage already computed for (query, memory text): no pair is
-    given to the cross-encoder twice."""
+    """With the rerank stage on (turn unit) and a calibration of versions 1-3, the gate's
+    confidence is the sigmoid of the logit the pipeline's rerank stage already computed for
+    (query, memory text): no pair is given to the cross-encoder twice."""
     from engram_eval.retrieval.rerank import sigmoid
 
     settings = ProductionSettings(embedding_model=tiny_embedding_model, rerank=True,
                                   reranker_model=tiny_cross_encoder, rerank_unit="turn",
                                   reranker_backend="onnx", fusion_alpha=0.8,
-                                  excerpt_retry=False)
+                                  excerpt_retry=False, calibration=NOT_PER_SHAPE)
     path = _store(tmp_path, settings, MEMS)
     engine = _engine(settings)
     cross = engine.cross()
@@ -400,7 +403,7 @@ def test_search_scores_each_candidate_once(tmp_path, tiny_embedding_model, tiny_
     settings = ProductionSettings(embedding_model=tiny_embedding_model, rerank=True,
                                   reranker_model=tiny_cross_encoder, rerank_unit=unit,
                                   reranker_backend="onnx", rerank_candidates=2, candidates=4,
-                                  excerpt_retry=True)
+                                  excerpt_retry=True, calibration=NOT_PER_SHAPE)
     path = _store(tmp_path, settings, MEMS)
     fake = CountingCrossEncoder(offset)
     engine = Engine(settings, holder=ModelHolder(RetrievalSettings.of(settings),

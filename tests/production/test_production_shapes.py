@@ -534,3 +534,133 @@ def test_measure_reads_a_v4_calibration_over_runs_at_the_shapes_cutoff(
                  str(refused)]) == 2
     assert "--run needs a version-4 calibration" in capsys.readouterr().err
     assert not refused.exists()
+
+
+# --------------------------------------------------------------------------- with the rerank
+
+
+def test_per_shape_calibration_applies_with_the_rerank_and_scores_each_pair_once(
+        tiny_embedding_model: str, tiny_cross_encoder: str, tmp_path: Path) -> None:
+    """Production's defaults rerank (the benchmark runner's pipeline). calibrate-sessions
+    --per-shape --feature-set v4 fits the short model through production search under them
+    and records the full settings it fitted under; search under those settings then gives
+    each candidate the confidence of that model (checked by hand against the formula the
+    file states) over the features the pipeline traced after its rerank, and the
+    cross-encoder scores each (query, memory) pair once."""
+    from engram_eval.cli.production import main
+    from engram_eval.production.features import gate_features
+    from engram_eval.production.search import Engine, memory_signals
+    from engram_eval.production.settings import ProductionSettings
+    from engram_eval.production_eval.fixture import load_fixture
+    from engram_eval.production_eval.runner import effective_settings
+
+    assert ProductionSettings().rerank  # the package's default pipeline
+    cal, rec = tmp_path / "cal.json", tmp_path / "settings.json"
+    assert main(["calibrate-sessions", "--per-shape", "--feature-set", "v4", "--fixture",
+                 f"short={PRODUCTION / 'train_short.json'}", "--folds", "3",
+                 "--min-returned", "1", "--target-precision", "0.5", "--mapping", "platt",
+                 "--candidates", "4", "--no-excerpt-retry", "--no-cache",
+                 "--embedding-model", tiny_embedding_model,
+                 "--reranker-model", tiny_cross_encoder, "--reranker-backend", "onnx",
+                 "--output", str(cal), "--settings-output", str(rec)]) == 0
+    settings = ProductionSettings.from_recorded(json.loads(rec.read_text()))
+    want = ProductionSettings(embedding_model=tiny_embedding_model, candidates=4,
+                              reranker_model=tiny_cross_encoder, reranker_backend="onnx",
+                              excerpt_retry=False, calibration=str(cal))
+    assert json.loads(rec.read_text()) == want.to_json() and settings == want
+    doc = json.loads(cal.read_text())
+    assert doc["settings"]["rerank"] and sorted(doc["shapes"]) == ["short"]
+
+    engine = Engine(settings)
+    assert engine.applies_calibration() and engine.model_for("short") is not None
+    assert "over the cross-encoder's reranking" in engine.describe()["confidence"]
+    recorded = effective_settings(engine, REPO)  # a run names and hashes the calibration
+    assert recorded["calibration"] == str(cal) and len(recorded["calibration_sha256"]) == 64
+    cross = engine.cross()
+    seen: list[tuple[str, str]] = []
+    inner = cross.raw_scores
+
+    def counting(pairs):  # type: ignore[no-untyped-def]
+        seen.extend(pairs)
+        return inner(pairs)
+
+    view, _ = load_fixture(PRODUCTION / "train_short.json")
+    case = view.cases[0]
+    pieces = engine.pieces(case.memories)
+    vecs = np.asarray(engine.encoder().encode([t for _, t in pieces]), dtype=np.float32)
+    m = doc["shapes"]["short"]
+    mean, scale = np.asarray(m["standardisation"]["mean"]), np.asarray(m["standardisation"]["scale"])
+    coef = np.asarray(m["logistic"]["coefficients"])
+    a, b = m["mapping"]["platt"]["a"], m["mapping"]["platt"]["b"]
+    for q in case.queries:
+        seen.clear()
+        cross.raw_scores = counting
+        resp = engine.search(q.query, now=q.now, memories=case.memories, pieces=pieces,
+                             vectors=vecs, limit=10, min_confidence=1.0)
+        cross.raw_scores = inner
+        assert resp.question["shape"] == "short" and len(resp.candidates) == 4
+        assert seen and len(seen) == len(set(seen))  # every pair given to the model once
+        texts = {mem.id: mem.text for mem in case.memories}
+        for c in resp.candidates:  # each candidate was reranked, its text scored once
+            assert sum(d == texts[c["id"]] for _, d in seen) == 1
+        sig = memory_signals(engine, q.query, q.now, case.memories, pieces, vecs)
+        cands = sig["order"][:4]
+        assert [case.memories[i].id for i in cands] == [c["id"] for c in resp.candidates]
+        x = gate_features(q.query, sig, cands, None)
+        z = m["logistic"]["intercept"] + ((x - mean) / scale) @ coef
+        by_hand = 1.0 / (1.0 + np.exp(-(a * z + b)))
+        assert np.allclose([c["confidence"] for c in resp.candidates], by_hand, atol=1e-12)
+
+
+def test_the_v4_default_refuses_other_settings_naming_the_file_that_reproduces_it(
+        tiny_embedding_model: str) -> None:
+    """Calibration v4 was fitted under settings the package defaults have left (no rerank,
+    the first stage before PROVENANCE.md section 14): under the defaults it is refused with
+    the settings file that reproduces it, and under that file it is accepted."""
+    import dataclasses
+
+    from engram_eval.errors import ConfigError
+    from engram_eval.production.confidence import check_calibration, load_calibration
+    from engram_eval.production.settings import RECORDED_SETTINGS_V4, ProductionSettings, data_file
+
+    cal = load_calibration(data_file("engram_eval/production/data/calibration_v4.json"))
+    recorded = ProductionSettings.from_recorded(
+        json.loads(data_file(RECORDED_SETTINGS_V4).read_text()))
+    assert recorded.calibration == "engram_eval/production/data/calibration_v4.json"
+    check_calibration(cal, cal.embedding_sha256, recorded.retrieval_part())
+    with pytest.raises(ConfigError, match=f"pass --settings {RECORDED_SETTINGS_V4} to "
+                       "reproduce it"):
+        check_calibration(cal, cal.embedding_sha256, ProductionSettings().retrieval_part())
+    off = dataclasses.replace(ProductionSettings(), rerank=False)
+    with pytest.raises(ConfigError, match="fitted under other settings"):
+        check_calibration(cal, cal.embedding_sha256, off.retrieval_part())
+
+
+def test_a_record_from_before_the_calibrated_rerank_gate_reads_as_the_sigmoid() -> None:
+    """Production runs published with the rerank on before production applied a per-shape
+    calibration with it (results/shipped_reranker/production_*.json) record no
+    ``rerank_confidence``: they read as 'sigmoid', the gate they ran, so they rebuild as
+    made; under 'sigmoid' the engine applies no calibration, reads none, and names the
+    sigmoid; the field does not act without a rerank (calibration v4 is accepted either
+    way)."""
+    import dataclasses
+
+    from engram_eval.production.confidence import check_calibration, load_calibration
+    from engram_eval.production.search import Engine
+    from engram_eval.production.settings import RECORDED_SETTINGS_V4, ProductionSettings, data_file
+
+    published = json.loads((REPO / "results" / "shipped_reranker" / "production_dev.json")
+                           .read_text())["settings"]
+    assert published["rerank"] and "rerank_confidence" not in published
+    made = ProductionSettings.from_recorded(published)
+    assert made.rerank and made.rerank_confidence == "sigmoid"
+    assert ProductionSettings().rerank_confidence == "calibration"
+    engine = Engine(dataclasses.replace(made, calibration="/nonexistent/calibration.json"))
+    assert not engine.applies_calibration() and engine.model_for("short") is None
+    assert engine.describe()["confidence"] == "sigmoid(cross-encoder logit)"
+
+    cal = load_calibration(data_file("engram_eval/production/data/calibration_v4.json"))
+    v4 = ProductionSettings.from_recorded(json.loads(data_file(RECORDED_SETTINGS_V4).read_text()))
+    for source in ("sigmoid", "calibration"):  # no rerank: the field cannot act
+        check_calibration(cal, cal.embedding_sha256,
+                          dataclasses.replace(v4, rerank_confidence=source).retrieval_part())
