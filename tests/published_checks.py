@@ -78,6 +78,7 @@ SOURCES_AT: dict[str, str] = {
     "rerank_retrain/fold?_*.jsonl.gz": "fe62a1b",
     "turn_top_m/topm_loc_*.jsonl.gz": "8c05107",
     "turn_top_m/topm_lme_*.jsonl.gz": "08c99cf",
+    "turn_top_m/heldout_topm_lme_v3*.jsonl.gz": "188f844",
 }
 
 
