@@ -368,7 +368,11 @@ def production_worker(args: argparse.Namespace) -> int:
             kwargs["calibration"] = ""  # the packaged calibration (what the run used)
         engine = Engine(ProductionSettings(**kwargs))
     cal_sha = None
-    if not engine.settings.rerank:
+    # whether the gate applies the calibration (sources before production's calibrated
+    # rerank gate: exactly when the rerank is off)
+    applies = (engine.applies_calibration() if hasattr(engine, "applies_calibration")
+               else not engine.settings.rerank)
+    if applies:
         engine.calibration()  # checked against the model files and settings, as a run does
         cal_sha = _sha256(engine.calibration_path())
     view, gold = load_fixture(args.fixture)
