@@ -292,9 +292,9 @@ class RetrievalSettings:
                                  "(reranker_backend onnx only: dynamic quantisation, scheme "
                                  "chosen for the CPU)", group="rerank",
                                  choices=("fp32", "int8"))
-    reranker_model: str = _f("engram-ce-minilm-v2", "cross-encoder: a model shipped with the "
-                             "package (engram-ce-minilm-v1), an HF id in the local cache or a "
-                             "local path", group="rerank")
+    reranker_model: str = _f("engram-ce-minilm-v3", "cross-encoder: a model shipped with the "
+                             "package (engram-ce-minilm-v1, -v2, -v3), an HF id in the local "
+                             "cache or a local path", group="rerank")
     rerank_candidates: int = _f(20, "how many fused candidates are reranked", group="rerank",
                                 lo=1, hi=10000)
     rerank_max_length: int = _f(128, "cross-encoder max input tokens", group="rerank",

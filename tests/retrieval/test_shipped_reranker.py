@@ -236,7 +236,7 @@ def test_people_chats_are_not_reranked_when_the_card_says_so(shipped: Path,
 
 
 # --------------------------------------------------------------------------- the real one
-SHIPPED = "engram-ce-minilm-v2"  # the package default (PROVENANCE.md sections 14 and 15)
+SHIPPED = "engram-ce-minilm-v3"  # the package default (PROVENANCE.md section 18)
 
 
 @pytest.mark.parametrize("name", ["engram-ce-minilm-v1", "engram-ce-minilm-v2", "engram-ce-minilm-v3"])
