@@ -274,6 +274,10 @@ FILE_GENERATORS: dict[str, str] = {
     # results/confidence_v4: calibration v4 per memory shape (scripts/publish_confidence_v4.sh)
     "calibration_v4.report.json": "engram_eval/production_eval/commands.py",
     "calibration_v4.report.png": "engram_eval/production_eval/commands.py",
+    # results/confidence_v5: the same fit under the current default pipeline, rerank on
+    # (scripts/publish_confidence_v5.sh)
+    "calibration_v5.report.json": "engram_eval/production_eval/commands.py",
+    "calibration_v5.report.png": "engram_eval/production_eval/commands.py",
     # its held-out measurement over the runs of section 14 (publish_confidence_v4.sh measure)
     "heldout_lme.json": "engram_eval/production_eval/commands.py",
     "heldout_lme.png": "engram_eval/production_eval/commands.py",
