@@ -30,12 +30,13 @@ from typing import Any
 from engram_eval.errors import ConfigError
 from engram_eval.retrieval.settings import GATE_GROUP, RetrievalSettings, _f
 
-#: The package default gate: calibration v4, one model per memory shape (PROVENANCE.md
-#: section 17), with the cut-off each model records (``cutoff`` 'calibrated') and no excerpt
-#: retry (it was fitted without one).
-DEFAULT_CALIBRATION = "engram_eval/production/data/calibration_v4.json"
-#: The settings calibration v4 was fitted under (the first stage before PROVENANCE.md
-#: section 14, no rerank): the package defaults have moved on, so these reproduce it
+#: The package default gate: calibration v5, one model per memory shape (file format
+#: version 4; PROVENANCE.md section 19), fitted under the package's default pipeline with its
+#: rerank (``settings_v5.json`` records those settings), with the cut-off each model records
+#: (``cutoff`` 'calibrated') and no excerpt retry (it was fitted without one).
+DEFAULT_CALIBRATION = "engram_eval/production/data/calibration_v5.json"
+#: The settings calibration v4 (the default before v5, PROVENANCE.md section 17) was fitted
+#: under (the first stage before PROVENANCE.md section 14, no rerank): these reproduce it
 #: (``--settings`` this file).
 RECORDED_SETTINGS_V4 = "engram_eval/production/data/settings_v4.json"
 #: The default before it (calibration v2, fitted on the synthetic dev fixture): these
@@ -112,7 +113,7 @@ class ProductionSettings(RetrievalSettings):
                          "confidence", group=GATE_GROUP, lo=1, hi=10000)
     excerpt_retry: bool = _f(False, "a candidate the gate rejects tries one focused excerpt; "
                              "the larger confidence survives (calibration v2 was fitted with "
-                             "it, v4 without)", group=GATE_GROUP)
+                             "it, v4 and v5 without)", group=GATE_GROUP)
     excerpt_max_words: int = _f(160, "excerpt length limit in words", group=GATE_GROUP, lo=8,
                                 hi=2000)
     rerank_confidence: str = _f(
@@ -136,10 +137,10 @@ class ProductionSettings(RetrievalSettings):
                           "applied when it is per memory shape, version 4 on, else the "
                           "cross-encoder's sigmoid is the confidence); '' = the packaged "
                           "default (DEFAULT_CALIBRATION: "
-                          "engram_eval/production/data/calibration_v4.json, fitted under "
-                          "--settings engram_eval/production/data/settings_v4.json; the "
-                          "former default v2 under --settings "
-                          "engram_eval/production/data/settings_v2.json)", group=GATE_GROUP)
+                          "engram_eval/production/data/calibration_v5.json, fitted under the "
+                          "package defaults; the former defaults v4 and v2 under --settings "
+                          "engram_eval/production/data/settings_v4.json and "
+                          "settings_v2.json)", group=GATE_GROUP)
 
     def to_json(self) -> dict[str, Any]:
         """Every field but the runtime ones (batch size, cache)."""

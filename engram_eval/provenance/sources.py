@@ -83,7 +83,7 @@ _HASHED_BY: dict[str, str] = {
     "engram_eval/production/__init__.py": "production confidence",
     "engram_eval/production/confidence.py": "production confidence",
     "engram_eval/production/data/calibration_v1.json": "production confidence",
-    "engram_eval/production/data/calibration_v4.json": "production confidence",
+    "engram_eval/production/data/calibration_v5.json": "production confidence",
     "engram_eval/production/data/settings_v1.json": "production confidence",
     "engram_eval/production/data/settings_v2.json": "production confidence",
     "engram_eval/production/data/settings_v4.json": "production confidence",

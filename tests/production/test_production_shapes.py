@@ -664,3 +664,31 @@ def test_a_record_from_before_the_calibrated_rerank_gate_reads_as_the_sigmoid() 
     for source in ("sigmoid", "calibration"):  # no rerank: the field cannot act
         check_calibration(cal, cal.embedding_sha256,
                           dataclasses.replace(v4, rerank_confidence=source).retrieval_part())
+
+
+def test_the_default_gate_is_fitted_under_the_package_defaults() -> None:
+    """Production search runs the package's default pipeline (issue 26 item 3): the packaged
+    default calibration (v5) records exactly the package's production defaults, rerank on,
+    and is accepted under them with the default embedding model's files; its settings file
+    is the record it was fitted under; every shape has a model and a cut-off."""
+    from engram_eval.production.confidence import (
+        ShapeCalibration,
+        check_calibration,
+        load_calibration,
+    )
+    from engram_eval.production.settings import DEFAULT_CALIBRATION, ProductionSettings, data_file
+
+    assert DEFAULT_CALIBRATION.endswith("calibration_v5.json")
+    cal = load_calibration(data_file(DEFAULT_CALIBRATION))
+    assert isinstance(cal, ShapeCalibration)
+    defaults = ProductionSettings()
+    assert defaults.rerank and defaults.rerank_confidence == "calibration"
+    from engram_eval.production.search import Engine
+
+    engine = Engine(defaults)  # the real default model files, checked as a search checks them
+    assert engine.applies_calibration() and engine.calibration().path == cal.path
+    check_calibration(cal, engine.embedding_ref.sha256, defaults.retrieval_part())
+    recorded = json.loads(data_file("engram_eval/production/data/settings_v5.json").read_text())
+    assert ProductionSettings.from_recorded(recorded).retrieval_part() == defaults.retrieval_part()
+    for shape in ("chat", "people", "short"):
+        assert 0.0 < float(cal.for_shape(shape).cutoff) < 1.0
