@@ -299,12 +299,20 @@ heldout_v3() {
 
 speed() {
   # cost under this first stage, each pass cold in a fresh process (nothing else running):
-  # the first 30 LongMemEval tune questions, first stage and + $V3 at its card's settings;
-  # the LoCoMo tune conversations, first stage (people's chats are not reranked)
+  # the first 30 LongMemEval tune questions, first stage and + $V3 at its card's settings,
+  # then the first stage before section 14 (the analyser and fusion calibration v4 was fitted
+  # under, BEFORE_14: issue 27's "today"); the LoCoMo tune conversations, first stage
+  # (people's chats are not reranked)
+  local before=(--dense-turn-top-m 1 --no-use-bm25-prf --weight-bm25-prf 0.0
+                --lexical-stemmer none --lexical-stopwords none --weight-bm25-user 0.3)
   [ -e "$OUT/speed_tune30.json" ] || "$PY" benchmarks/longmemeval/speed_rerank.py "$LME_TUNE" \
     --limit 30 --reranker-model "$SCRATCH/ce_topm_tune" --shipped "$V3" \
     --passes rerank-shipped --scratch "$SCRATCH/speed_lme" --output "$OUT/speed_tune30.json" \
     --config "$OUT/topm_heldout_config.yaml"
+  [ -e "$OUT/speed_tune30_before.json" ] || "$PY" benchmarks/longmemeval/speed_rerank.py \
+    "$LME_TUNE" --limit 30 --reranker-model "$SCRATCH/ce_topm_tune" --passes "" \
+    --scratch "$SCRATCH/speed_lme_before" --output "$OUT/speed_tune30_before.json" \
+    "${before[@]}"
   [ -e "$OUT/speed_locomo_tune.json" ] || "$PY" benchmarks/longmemeval/speed_rerank.py \
     "$LOC_TUNE" --reranker-model "$SCRATCH/ce_topm_tune" --passes "" --protocol locomo \
     --scratch "$SCRATCH/speed_loc" --output "$OUT/speed_locomo_tune.json" \
