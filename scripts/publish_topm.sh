@@ -5,7 +5,7 @@
 # out of fold on the new chat first stage.
 #
 #   scripts/publish_topm.sh STEP LME_DATA LOCOMO_DATA CACHE [SCRATCH]
-#   STEP: topm|people|rerank|retrain|heldout|ship|heldout-v3|speed|runs-lme[:VARIANT]|runs-loc[:VARIANT]
+#   STEP: topm|people|rerank|retrain|heldout|ship|heldout-v3|speed|absent|runs-lme[:VARIANT]|runs-loc[:VARIANT]
 #
 # LME_DATA: ../shared/data/longmemeval/longmemeval_s_cleaned.dev.json.gz (development split);
 # LOCOMO_DATA: ../shared/data/locomo/locomo10.json. Run from the repository root of a clean
@@ -50,6 +50,8 @@
 #          when a retrained candidate wins, train on the whole tune part and ship it
 #          (engram-ce-minilm-v3), then its one held-out regression check and its cost (the
 #          rules are in each function below).
+# absent   issue 30 item 1's "nothing here" reranker, out of fold on the tune part (rules in
+#          the function).
 set -euo pipefail
 STEP="$1"
 LME="$2"
@@ -298,7 +300,8 @@ heldout_v3() {
 }
 
 speed() {
-  # cost under this first stage, each pass cold in a fresh process (nothing else running):
+  # cost under this first stage, each pass 3 times cold, each in a fresh process (nothing
+  # else running; the ratios are of the medians):
   # the first 30 LongMemEval tune questions, first stage and + $V3 at its card's settings,
   # then the first stage before section 14 (the analyser and fusion calibration v4 was fitted
   # under, BEFORE_14: issue 27's "today"); the LoCoMo tune conversations, first stage
@@ -308,15 +311,52 @@ speed() {
   [ -e "$OUT/speed_tune30.json" ] || "$PY" benchmarks/longmemeval/speed_rerank.py "$LME_TUNE" \
     --limit 30 --reranker-model "$SCRATCH/ce_topm_tune" --shipped "$V3" \
     --passes rerank-shipped --scratch "$SCRATCH/speed_lme" --output "$OUT/speed_tune30.json" \
-    --config "$OUT/topm_heldout_config.yaml"
+    --config "$OUT/topm_heldout_config.yaml" --repeats 3
   [ -e "$OUT/speed_tune30_before.json" ] || "$PY" benchmarks/longmemeval/speed_rerank.py \
     "$LME_TUNE" --limit 30 --reranker-model "$SCRATCH/ce_topm_tune" --passes "" \
     --scratch "$SCRATCH/speed_lme_before" --output "$OUT/speed_tune30_before.json" \
-    "${before[@]}"
+    "${before[@]}" --repeats 3
   [ -e "$OUT/speed_locomo_tune.json" ] || "$PY" benchmarks/longmemeval/speed_rerank.py \
     "$LOC_TUNE" --reranker-model "$SCRATCH/ce_topm_tune" --passes "" --protocol locomo \
     --scratch "$SCRATCH/speed_loc" --output "$OUT/speed_locomo_tune.json" \
-    --config "$OUT/topm_heldout_config.yaml"
+    --config "$OUT/topm_heldout_config.yaml" --repeats 3
+  "$PY" scripts/derived_sidecars.py "$OUT"
+}
+
+absent() {
+  # issue 30 item 1's candidate, a reranker that learns "nothing here". Rules fixed before any
+  # training: the retrain step's fold cross-encoders (TRAIN, the same candidates) trained with
+  # --unanswerable-negatives 5 (each _abs question of the other half gives its first 5 ranked
+  # sessions as an all-negative group; 5 = TRAIN's hard negatives) -> ce_absent_fold{0,1};
+  # each half of the tune part reranked by the one that never saw it at the card's depth and
+  # blend (fold?_absent_d20_a0.8); then, on the same questions, engram-eval confidence-study
+  # (its defaults) over these runs and over the retrained family's (fold?_new_d20_a0.8) ->
+  # study_absent.json, study_new.json, and choose_rerank.py over none, the family and the
+  # candidate -> absent_choice.json. The candidate would replace the family only if its
+  # study's combined out-of-fold AUROC for "the top result is gold" is higher and the rerank
+  # objective not lower; otherwise it is dropped (PROVENANCE says which).
+  local cand="$SCRATCH/topm_candidates.jsonl" i r
+  merged_candidates "$OUT" "$LME_TUNE" "$cand"
+  for i in 0 1; do
+    [ -e "$SCRATCH/ce_absent_fold$i" ] || "$E" train-reranker "$LME_TUNE" --run "$cand" \
+      --output "$SCRATCH/ce_absent_fold$i" --exclude-shard "$i/2" "${TRAIN[@]}" \
+      --unanswerable-negatives 5 2>/dev/null | tail -n 2
+    [ -e "$OUT/ce_absent_fold$i.card.json" ] || cp "$SCRATCH/ce_absent_fold$i.card.json" "$OUT/"
+  done
+  echo "== each half reranked by the 'nothing here' fold cross-encoder that never saw it"
+  CE_NAME=ce_absent_fold RUN_TAG=absent_ rerank_folds "$LME_TUNE" \
+    "$OUT/topm_first_stage.yaml" "$OUT" "" "$DEPTH" 0.8
+  for r in new absent; do
+    [ -e "$OUT/study_$r.json" ] || "$E" confidence-study "$OUT/fold0_${r}_d${DEPTH}_a0.8.jsonl.gz" \
+      "$OUT/fold1_${r}_d${DEPTH}_a0.8.jsonl.gz" --dataset "$LME_TUNE" \
+      --output "$OUT/study_$r.json" --plot "$OUT/study_$r.png"
+  done
+  [ -e "$OUT/absent_choice.json" ] || "$PY" benchmarks/longmemeval/choose_rerank.py \
+    --candidate none "$OUT/fold0_none.jsonl.gz" "$OUT/fold1_none.jsonl.gz" \
+    --candidate "new_d${DEPTH}_a0.8" "$OUT/fold0_new_d${DEPTH}_a0.8.jsonl.gz" \
+    "$OUT/fold1_new_d${DEPTH}_a0.8.jsonl.gz" \
+    --candidate "absent_d${DEPTH}_a0.8" "$OUT/fold0_absent_d${DEPTH}_a0.8.jsonl.gz" \
+    "$OUT/fold1_absent_d${DEPTH}_a0.8.jsonl.gz" --output "$OUT/absent_choice.json" | tail -n 6
   "$PY" scripts/derived_sidecars.py "$OUT"
 }
 
@@ -333,6 +373,7 @@ case "$STEP" in
   ship) ship;;
   heldout-v3) heldout_v3;;
   speed) speed;;
-  *) echo "unknown step $STEP (topm|people|rerank|retrain|heldout|ship|heldout-v3|speed|runs-lme|runs-loc)" >&2
+  absent) absent;;
+  *) echo "unknown step $STEP (topm|people|rerank|retrain|heldout|ship|heldout-v3|speed|absent|runs-lme|runs-loc)" >&2
      exit 2;;
 esac

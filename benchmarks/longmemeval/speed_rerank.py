@@ -8,7 +8,8 @@ plus the rerank stage (``--rerank --reranker-model MODEL`` and the rerank option
 beforehand, outside the measurement, in each pass's own cache directory. Reported per pass:
 s/question, wall, peak RSS and the model seconds per role (``embedding``, ``rerank``: the
 runner's own counters); per rerank pass: its rerank seconds per question and their ratio to
-the first stage's s/question (``rerank_over_first_stage``), and the paired metrics against the
+the first stage's s/question (``rerank_over_first_stage``; with ``--repeats N``, each pass runs
+N times cold and both are medians over the repeats), and the paired metrics against the
 onnx fp32 rerank pass (``engram-eval compare``, ``--protocol``: answerable by default,
 ``locomo`` for a LoCoMo file). Not a test: it
 measures, never asserts; the output JSON starts with a provenance header.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -70,7 +72,12 @@ def main() -> int:
     ap.add_argument("--embedding-model", default="all-MiniLM-L6-v2")
     ap.add_argument("--protocol", default="answerable",
                     help="denominator of the paired metrics (locomo for a LoCoMo file)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="cold runs of each pass, each in a fresh process and cache; the "
+                    "ratios use the medians (default 1)")
     args, extra = ap.parse_known_args()
+    if args.repeats < 1:
+        raise SystemExit("--repeats must be at least 1")
     doc = common.claim(args.output)  # refused if it exists; progress in OUTPUT.partial
     names = [p.strip() for p in args.passes.split(",") if p.strip()]
     unknown = [p for p in names if p not in PASSES]
@@ -82,7 +89,7 @@ def main() -> int:
     run_opts += ["--embedding-model", args.embedding_model, "--embedding-backend", "onnx"]
     header = common.provenance_header(__file__, {"dataset": args.dataset},
                                       {"passes": ["first-stage", *names], "limit": args.limit,
-                                       "run_options": run_opts,
+                                       "repeats": args.repeats, "run_options": run_opts,
                                        "reranker_model": args.reranker_model,
                                        "shipped": args.shipped or None})
     out: dict[str, Any] = {**header, "benchmark": "rerank stage cost, cold cache",
@@ -94,10 +101,6 @@ def main() -> int:
                   *PASSES[n])) for n in names]
     first_spq = None
     for name, rr in plan:
-        cache = scratch / f"cache-{name}"
-        if (cache / CACHE_FILE).exists():
-            raise SystemExit(f"{cache} holds vectors; a cold pass needs an empty cache")
-        exports = _prepare(cache, args.embedding_model, rr)
         opts = list(run_opts)
         if rr is None:
             opts += ["--no-rerank"]  # the package default reranks chats
@@ -106,13 +109,26 @@ def main() -> int:
         elif rr:
             opts += ["--rerank", "--reranker-model", rr[0], "--reranker-backend", rr[1],
                      "--reranker-precision", rr[2]]
-        res = common.one_pass(name, args.dataset, scratch, cache, opts)
+        runs, exports = [], {}
+        for r in range(args.repeats):  # repeat r: its own process, cache and rows
+            tag = name if r == 0 else f"{name}-r{r + 1}"
+            cache = scratch / f"cache-{tag}"
+            if (cache / CACHE_FILE).exists():
+                raise SystemExit(f"{cache} holds vectors; a cold pass needs an empty cache")
+            exports = _prepare(cache, args.embedding_model, rr)
+            runs.append(common.one_pass(tag, args.dataset, scratch, cache, opts))
+        res = runs[0]
+        spq = statistics.median(x["seconds_per_question"] for x in runs)
         entry: dict[str, Any] = {"exports": exports, "cold": res}
+        if args.repeats > 1:
+            entry["cold_repeats"] = runs[1:]
+            entry["median_seconds_per_question"] = round(spq, 3)
         if rr is None:
-            first_spq = res["seconds_per_question"]
+            first_spq = spq
         else:
-            rerank_s = res["model_stats"].get("rerank", {}).get("model_seconds", 0.0)
-            per_q = rerank_s / res["questions"]
+            per_q = statistics.median(
+                x["model_stats"].get("rerank", {}).get("model_seconds", 0.0) / x["questions"]
+                for x in runs)
             entry["rerank_seconds_per_question"] = round(per_q, 3)
             entry["rerank_over_first_stage"] = round(per_q / first_spq, 3) if first_spq else None
             if name != "rerank-onnx-fp32" and "rerank-onnx-fp32" in out["passes"]:
@@ -120,7 +136,7 @@ def main() -> int:
                     scratch / "rerank-onnx-fp32.jsonl", scratch / f"{name}.jsonl",
                     args.protocol)
         out["passes"][name] = entry
-        shown = {"seconds_per_question": res["seconds_per_question"],
+        shown = {"seconds_per_question": [x["seconds_per_question"] for x in runs],
                  **{k: entry[k] for k in ("rerank_seconds_per_question",
                                           "rerank_over_first_stage") if k in entry}}
         print(json.dumps({name: shown}), flush=True)

@@ -18,6 +18,10 @@ Pairs (deterministic: the same part, run and settings give the same pairs, in or
   with the question (ties: the earlier turn) -- the turn most likely to fool the model.
 * **Random negatives**: ``random_negatives`` user turns of other non-gold sessions, drawn
   with a generator seeded by (seed, question id).
+* **"Nothing here" groups** (``unanswerable_negatives`` N > 0; off by default): an
+  unanswerable question (LongMemEval ``_abs``) gives its first N sessions of the run's ranking,
+  each by its most question-like user turn, all negative (kind ``absent``), so the model
+  learns that a close topic is not an answer.
 
 Refusals: a part marked held-out (its ``.split.json`` marker, or its content matching a
 held-out part the package can see), a run made on other data (the run's dataset sha256 must
@@ -82,6 +86,11 @@ class TrainSettings:
     #: at most this many questions of each part give pairs (0: all), chosen by the order of
     #: sha256("seed:question_id") (deterministic, independent of file order)
     max_questions: int = 0
+    #: "nothing here" groups: each question whose answer is in no session (LongMemEval's
+    #: ``_abs``) gives its first this many sessions of the run's ranking (within
+    #: ``negative_depth``), each by its most question-like user turn, as negatives (kind
+    #: ``absent``); 0: such a question gives no pair (counted under ``no_evidence_turn``)
+    unanswerable_negatives: int = 0
 
     def __post_init__(self) -> None:
         if self.exclude_shard:
@@ -100,7 +109,8 @@ class TrainSettings:
                   ("learning_rate", 0 < self.learning_rate < 1),
                   ("warmup_ratio", 0 <= self.warmup_ratio < 1),
                   ("max_steps", self.max_steps >= 0), ("time_budget_s", self.time_budget_s >= 0),
-                  ("max_questions", self.max_questions >= 0)]
+                  ("max_questions", self.max_questions >= 0),
+                  ("unanswerable_negatives", self.unanswerable_negatives >= 0)]
         for name, ok in checks:
             if not ok:
                 raise ConfigError(f"train-reranker: {name}={getattr(self, name)!r} is out of "
@@ -113,7 +123,7 @@ class Pair:
     session_id: str
     turn_index: int
     label: float  # 1.0 evidence turn, 0.0 negative
-    kind: str  # positive | hard | random
+    kind: str  # positive | hard | random | absent
     question: str
     text: str
 
@@ -144,6 +154,23 @@ def _most_question_like(question: str, turns: Sequence[tuple[int, str]]) -> tupl
     return best
 
 
+def _absent_group(q: Question, ranking: Sequence[str], roles: bool,
+                  settings: TrainSettings) -> list[Pair]:
+    """An unanswerable question's all-negative group: its first ``unanswerable_negatives``
+    sessions of the run's ranking (within ``negative_depth``), each by the user turn most like
+    the question (the gold sessions too: the answer is in none of them)."""
+    by_id = {s.session_id: s for s in q.sessions}
+    out: list[Pair] = []
+    for sid in ranking[: settings.negative_depth]:
+        if len(out) >= settings.unanswerable_negatives:
+            break
+        turns = _user_turn_candidates(by_id[sid], roles) if sid in by_id else []
+        if turns:
+            k, text = _most_question_like(q.question, turns)
+            out.append(Pair(q.question_id, sid, k, 0.0, "absent", q.question, text))
+    return out
+
+
 def build_pairs(questions: Sequence[Question], rankings: dict[str, Sequence[str]],
                 settings: TrainSettings) -> tuple[list[Pair], dict[str, Any]]:
     """The pairs of the module docstring and their counts (``skipped`` per reason)."""
@@ -151,6 +178,12 @@ def build_pairs(questions: Sequence[Question], rankings: dict[str, Sequence[str]
     skipped: dict[str, list[str]] = {"no_evidence_turn": [], "not_in_run": []}
     for q in questions:
         roles = has_chat_roles(q.sessions)
+        if settings.unanswerable_negatives and q.is_abstention:
+            if q.question_id not in rankings:
+                skipped["not_in_run"].append(q.question_id)
+            else:
+                pairs.extend(_absent_group(q, rankings[q.question_id], roles, settings))
+            continue
         positives = _evidence_turns(q, roles)
         if not positives:
             skipped["no_evidence_turn"].append(q.question_id)
@@ -185,6 +218,8 @@ def build_pairs(questions: Sequence[Question], rankings: dict[str, Sequence[str]
               "positive": sum(p.kind == "positive" for p in pairs),
               "hard": sum(p.kind == "hard" for p in pairs),
               "random": sum(p.kind == "random" for p in pairs),
+              **({"absent": sum(p.kind == "absent" for p in pairs)}
+                 if settings.unanswerable_negatives else {}),
               "questions_used": len({p.question_id for p in pairs}),
               "questions_skipped": {k: len(v) for k, v in skipped.items()},
               "skipped_ids": skipped}

@@ -274,7 +274,10 @@ def add_train_reranker(sub: Any) -> None:
             ("exclude_shard", str, "I/N: leave out the questions 'run --shard I/N' selects, "
              "so that fold's run scores questions this reranker never saw ('': none)"),
             ("max_questions", int, "at most this many questions of each part give pairs, in "
-             "a fixed order by sha256(seed:question_id) (0: all)")):
+             "a fixed order by sha256(seed:question_id) (0: all)"),
+            ("unanswerable_negatives", int, "each unanswerable question (LongMemEval _abs) "
+             "gives its first N ranked sessions' most question-like user turns as negatives, "
+             "an all-negative 'nothing here' group (0: no pair)")):
         tr.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name),
                         help=f"{text} (default {getattr(d, name)})")
 

@@ -82,6 +82,36 @@ def test_a_question_without_an_evidence_user_turn_is_skipped_and_counted() -> No
     assert pairs == [] and counts["questions_skipped"]["no_evidence_turn"] == 1
 
 
+def test_an_unanswerable_question_gives_an_all_negative_group_when_asked() -> None:
+    """unanswerable_negatives N: a LongMemEval ``_abs`` question gives its first N ranked
+    sessions (gold ones too: the answer is in none) by their most question-like user turn,
+    all label 0, kind ``absent``; sessions without user text are passed over; off (0), the
+    question gives no pair, as before, and the counts keep their earlier keys."""
+    q = hand_question()
+    abs_q = Question("q1_abs", "single-session-user", q.question, "", q.question_date,
+                     tuple(Session(s.session_id, s.date, tuple(
+                         Turn(t.role, t.content, t.index) for t in s.turns))
+                         for s in q.sessions), ("g",))
+    ranking = {"q1_abs": ["n4", "g", "n3", "n1", "n2"]}
+    pairs, counts = build_pairs([abs_q], ranking, TrainSettings(unanswerable_negatives=2))
+    # n4 has no user turn; g: "hello there" / "my puppy is a border collie" -> the one sharing
+    # "puppy" (turn 2); n3: "breed puppy" (turn 1) shares both content terms
+    assert [(p.session_id, p.turn_index, p.label, p.kind) for p in pairs] == [
+        ("g", 2, 0.0, "absent"), ("n3", 1, 0.0, "absent")]
+    assert counts["absent"] == 2 and counts["questions_used"] == 1
+    assert counts["questions_skipped"]["no_evidence_turn"] == 0
+    off, off_counts = build_pairs([abs_q], ranking, TrainSettings())
+    assert off == [] and off_counts["questions_skipped"]["no_evidence_turn"] == 1
+    assert "absent" not in off_counts
+    # an answerable question's pairs do not change with the setting
+    ranking_q = {"q1": ["n3", "g", "n1", "n4", "n2"]}
+    plain, _ = build_pairs([q], ranking_q, TrainSettings())
+    with_groups, _ = build_pairs([q], ranking_q, TrainSettings(unanswerable_negatives=2))
+    assert pairs_sha256(plain) == pairs_sha256(with_groups)
+    with pytest.raises(ConfigError, match="unanswerable_negatives"):
+        TrainSettings(unanswerable_negatives=-1)
+
+
 def _turn_state(alpha: float) -> P.QuestionState:
     q = hand_question()
     settings = RetrievalSettings(use_dense=False, use_dense_rocchio=False, use_bm25_assistant=False,
