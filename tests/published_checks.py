@@ -79,6 +79,7 @@ SOURCES_AT: dict[str, str] = {
     "turn_top_m/topm_loc_*.jsonl.gz": "8c05107",
     "turn_top_m/topm_lme_*.jsonl.gz": "08c99cf",
     "turn_top_m/heldout_topm_lme_v3*.jsonl.gz": "188f844",
+    "turn_top_m/fold?_absent_*.jsonl.gz": "99b48bf",
     "confidence_v5/locomo_tune_default.jsonl.gz": "4d1e35a",
 }
 
