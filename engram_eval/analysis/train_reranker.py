@@ -339,8 +339,9 @@ def train(part: str | Path, run: str | Path, output: str | Path,
         entries.append(entry)
         all_counts.append(counts)
         left_out += lo
-    totals: dict[str, Any] = {k: sum(c[k] for c in all_counts)
-                              for k in ("pairs", "positive", "hard", "random", "questions_used")}
+    kinds = ("pairs", "positive", "hard", "random", "questions_used") + (
+        ("absent",) if s.unanswerable_negatives else ())
+    totals: dict[str, Any] = {k: sum(c[k] for c in all_counts) for k in kinds}
     totals["questions_skipped"] = {k: sum(c["questions_skipped"][k] for c in all_counts)
                                    for k in all_counts[0]["questions_skipped"]}
     skipped = {k: [i for c in all_counts for i in c["skipped_ids"][k]]

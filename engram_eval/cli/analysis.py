@@ -294,8 +294,9 @@ def cmd_train_reranker(args: argparse.Namespace) -> int:
     card = train(args.part, args.run, args.output, TrainSettings(**fields), log=progress,
                  also=[tuple(x) for x in args.also])
     pc = card["pairs"]
+    absent = f", {pc['absent']} 'nothing here'" if "absent" in pc else ""
     print(f"{pc['pairs']} pairs ({pc['positive']} positive, {pc['hard']} hard, {pc['random']} "
-          f"random) from {pc['questions_used']} questions; skipped "
+          f"random{absent}) from {pc['questions_used']} questions; skipped "
           f"{pc['questions_skipped']}")
     print(f"{card['training']['steps']} steps in {card['wall_seconds']} s; wrote "
           f"{args.output} and {args.output}.card.json")

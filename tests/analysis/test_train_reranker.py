@@ -182,6 +182,20 @@ def test_train_writes_the_model_and_its_card(bm25_run: Path, tiny_embedding_mode
         train(TINY, bm25_run, out, s)
 
 
+def test_the_card_counts_the_nothing_here_pairs(bm25_run: Path, tiny_embedding_model: str,
+                                                tmp_path: Path) -> None:
+    """With unanswerable_negatives, the fixture's ``_abs`` questions give all-negative pairs,
+    which the card's totals and its part entry count (kind ``absent``)."""
+    out = tmp_path / "model"
+    s = TrainSettings(base_model=tiny_embedding_model, max_steps=1, batch_size=8,
+                      unanswerable_negatives=2)
+    card = train(TINY, bm25_run, out, s)
+    pc = card["pairs"]
+    assert pc["absent"] > 0 and pc["absent"] == card["parts"][0]["pairs"]["absent"]
+    assert pc["pairs"] == pc["positive"] + pc["hard"] + pc["random"] + pc["absent"]
+    assert card["settings"]["unanswerable_negatives"] == 2
+
+
 def test_a_heldout_part_and_a_run_on_other_data_are_refused(bm25_run: Path,
                                                              tmp_path: Path) -> None:
     parts = tmp_path / "parts"
