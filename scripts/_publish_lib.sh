@@ -7,6 +7,9 @@
 #   refuse_existing FILE ...   stop before anything runs when a file the publication would write
 #                              already exists (nothing is ever overwritten); creates OUT when set
 #   with_companions FILE ...   print each FILE and its .metadata.json and .summary.json
+#   production_freeze_all_then_measure NAME...
+#                              the same protocol for production fixture runs and confidence
+#                              measurements (WHAT, LABEL, GATE set by the caller; see below)
 #   freeze_then_run [--freeze-only] DATA NAME [options]
 #                              the held-out protocol of one configuration, in OUT: freeze
 #                              OUT/NAME.frozen.json (`engram-eval run DATA --validate-only
@@ -85,6 +88,29 @@ freeze_all_then_run() {
   for n in "$@"; do
     # shellcheck disable=SC2086
     freeze_then_run "${PART[$n]}" "$prefix$n" ${CFG[$n]}
+  done
+}
+
+# The held-out protocol of production measurements (`engram-eval production run|measure`):
+# every manifest frozen before any measurement, then each measured once under its own, into
+# OUT/NAME.json (a store per case under SCRATCH/work_NAME; a measurement labelled LABEL[NAME]).
+# The caller sets WHAT[NAME] (the subcommand and its arguments, word-split), LABEL[NAME] (for
+# `measure` parts) and GATE (an array of gate options for both steps, possibly empty).
+production_freeze_all_then_measure() {
+  local n cmd extra
+  echo "== every manifest frozen before any measurement"
+  for n in "$@"; do
+    read -r -a cmd <<< "${WHAT[$n]}"
+    "$ENGRAM_EVAL" production "${cmd[@]}" --source-root . --validate-only \
+      ${GATE[@]+"${GATE[@]}"} --freeze-source "$OUT/$n.frozen.json" | tail -n 1
+  done
+  echo "== each measured once under its manifest"
+  for n in "$@"; do
+    read -r -a cmd <<< "${WHAT[$n]}"
+    extra=(--work-dir "$SCRATCH/work_$n")  # run: a store per case
+    [ "${cmd[0]}" = measure ] && extra=(--dataset-label "${LABEL[$n]}")
+    "$ENGRAM_EVAL" production "${cmd[@]}" --source-root . --frozen-source "$OUT/$n.frozen.json" \
+      ${GATE[@]+"${GATE[@]}"} --output "$OUT/$n.json" "${extra[@]}" | tail -n 30
   done
 }
 

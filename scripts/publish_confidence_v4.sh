@@ -81,6 +81,7 @@ LOC_TUNE=$(part_of "$SCRATCH/loc" tune)
 if [ "$PHASE" = measure ]; then
   LME_HELD=$(part_of "$SCRATCH/lme" heldout)
   LOC_HELD=$(part_of "$SCRATCH/loc" heldout)
+  # shellcheck disable=SC2034  # WHAT, LABEL: read by production_freeze_all_then_measure
   declare -A WHAT
   WHAT[heldout_lme]="measure $LME_HELD --run results/lexical/heldout_lme_default.jsonl.gz --candidates 5 --cache-dir $CACHE"
   WHAT[heldout_locomo]="measure $LOC_HELD --run results/lexical/heldout_locomo_default.jsonl.gz --candidates 10 --cache-dir $CACHE"
@@ -89,22 +90,9 @@ if [ "$PHASE" = measure ]; then
   declare -A LABEL
   LABEL[heldout_lme]="LongMemEval S cleaned, development split: held-out part"
   LABEL[heldout_locomo]="LoCoMo10: held-out conversations"
-  echo "== 2. every manifest frozen before any measurement (package default gate)"
-  for n in "${MEASURED[@]}"; do
-    read -r -a cmd <<< "${WHAT[$n]}"
-    "$E" production "${cmd[@]}" --source-root . --validate-only \
-      --settings "$SETTINGS" --cutoff calibrated \
-      --freeze-source "$OUT/$n.frozen.json" | tail -n 1
-  done
-  echo "== 3. each measured once under its manifest"
-  for n in "${MEASURED[@]}"; do
-    read -r -a cmd <<< "${WHAT[$n]}"
-    extra=(--work-dir "$SCRATCH/work_$n")  # run: a store per case
-    [ "${cmd[0]}" = measure ] && extra=(--dataset-label "${LABEL[$n]}")
-    "$E" production "${cmd[@]}" --source-root . --frozen-source "$OUT/$n.frozen.json" \
-      --settings "$SETTINGS" --cutoff calibrated \
-      --output "$OUT/$n.json" "${extra[@]}" | tail -n 30
-  done
+  # shellcheck disable=SC2034  # read by production_freeze_all_then_measure
+  GATE=(--settings "$SETTINGS" --cutoff calibrated)
+  production_freeze_all_then_measure "${MEASURED[@]}"
   "$PY" scripts/derived_sidecars.py "$OUT"
   exit 0
 fi

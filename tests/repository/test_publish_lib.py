@@ -514,3 +514,28 @@ def test_publish_memo_refuses_the_published_files(tmp_path: Path) -> None:
     assert p.returncode == 1 and "refusing to publish" in p.stderr, p.stderr
     assert "memo_lexical" in p.stderr and all_calls(tmp_path) == []
     assert sorted(p.name for p in (ROOT / "results" / "longmemeval_s_dev").iterdir()) == before
+
+
+def test_production_measurements_are_all_frozen_before_any_runs(tmp_path: Path) -> None:
+    """production_freeze_all_then_measure: every manifest frozen (with the gate options) before
+    the first measurement; then each measured once under its own manifest, a fixture run with
+    its own work directory, a `measure` part with its label."""
+    body = ('declare -A WHAT LABEL\nSCRATCH=s\nWHAT[a]="measure part.json --run r.jsonl.gz"\n'
+            'LABEL[a]="Part A"\nWHAT[b]="run --fixture f.json"\nGATE=(--cutoff calibrated)\n'
+            'production_freeze_all_then_measure a b')
+    fake = _fake_engram(tmp_path, '#!/bin/sh\necho "$*" >> "$CALLS"\n')
+    out = tmp_path / "out"
+    script = f'set -euo pipefail\nOUT="{out}"\nsource "{LIB}"\n{body}\necho PUBLISHED\n'
+    env = {**os.environ, "ENGRAM_EVAL": str(fake), "CALLS": str(tmp_path / "calls")}
+    p = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, text=True,
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0 and "PUBLISHED" in p.stdout, p.stderr
+    calls = all_calls(tmp_path)
+    assert len(calls) == 4
+    assert all("--validate-only" in c and "--cutoff calibrated" in c for c in calls[:2])
+    assert calls[0].startswith("production measure part.json") and "a.frozen.json" in calls[0]
+    assert calls[1].startswith("production run --fixture f.json")
+    assert f"--frozen-source {out}/a.frozen.json" in calls[2] and "--dataset-label Part A" in calls[2]
+    assert f"--output {out}/a.json" in calls[2] and "--work-dir" not in calls[2]
+    assert f"--frozen-source {out}/b.frozen.json" in calls[3] and "--work-dir s/work_b" in calls[3]
+    assert "--cutoff calibrated" in calls[3]
