@@ -154,20 +154,20 @@ def _most_question_like(question: str, turns: Sequence[tuple[int, str]]) -> tupl
     return best
 
 
-def _absent_group(q: Question, ranking: Sequence[str], roles: bool,
-                  settings: TrainSettings) -> list[Pair]:
-    """An unanswerable question's all-negative group: its first ``unanswerable_negatives``
-    sessions of the run's ranking (within ``negative_depth``), each by the user turn most like
-    the question (the gold sessions too: the answer is in none of them)."""
-    by_id = {s.session_id: s for s in q.sessions}
+def _question_like_negatives(q: Question, sessions: Sequence[Session], roles: bool, n: int,
+                             kind: str) -> list[Pair]:
+    """Negatives from the first ``n`` of ``sessions`` (ranking order) that hold user text: each
+    by its user turn most like the question. Hard negatives take the non-gold sessions; an
+    unanswerable question's all-negative group (kind ``absent``) takes every ranked session,
+    the gold ones too (the answer is in none of them)."""
     out: list[Pair] = []
-    for sid in ranking[: settings.negative_depth]:
-        if len(out) >= settings.unanswerable_negatives:
+    for s in sessions:
+        if len(out) >= n:
             break
-        turns = _user_turn_candidates(by_id[sid], roles) if sid in by_id else []
+        turns = _user_turn_candidates(s, roles)
         if turns:
             k, text = _most_question_like(q.question, turns)
-            out.append(Pair(q.question_id, sid, k, 0.0, "absent", q.question, text))
+            out.append(Pair(q.question_id, s.session_id, k, 0.0, kind, q.question, text))
     return out
 
 
@@ -178,36 +178,29 @@ def build_pairs(questions: Sequence[Question], rankings: dict[str, Sequence[str]
     skipped: dict[str, list[str]] = {"no_evidence_turn": [], "not_in_run": []}
     for q in questions:
         roles = has_chat_roles(q.sessions)
-        if settings.unanswerable_negatives and q.is_abstention:
-            if q.question_id not in rankings:
-                skipped["not_in_run"].append(q.question_id)
-            else:
-                pairs.extend(_absent_group(q, rankings[q.question_id], roles, settings))
-            continue
-        positives = _evidence_turns(q, roles)
-        if not positives:
+        by_id = {s.session_id: s for s in q.sessions}
+        absent = bool(settings.unanswerable_negatives) and q.is_abstention
+        positives = [] if absent else _evidence_turns(q, roles)
+        if not absent and not positives:
             skipped["no_evidence_turn"].append(q.question_id)
             continue
         if q.question_id not in rankings:
             skipped["not_in_run"].append(q.question_id)
             continue
-        by_id = {s.session_id: s for s in q.sessions}
+        ranked = [by_id[sid] for sid in rankings[q.question_id][: settings.negative_depth]
+                  if sid in by_id]
+        if absent:
+            pairs += _question_like_negatives(q, ranked, roles,
+                                              settings.unanswerable_negatives, "absent")
+            continue
         for s, k in positives:
             pairs.append(Pair(q.question_id, s.session_id, k, 1.0, "positive", q.question,
                               s.turns[k].content))
         gold = set(q.answer_session_ids)
-        ranked = [sid for sid in rankings[q.question_id][: settings.negative_depth]
-                  if sid not in gold and sid in by_id]
-        used: set[str] = set()
-        for sid in ranked:
-            if len(used) >= settings.hard_negatives:
-                break
-            turns = _user_turn_candidates(by_id[sid], roles)
-            if not turns:
-                continue
-            k, text = _most_question_like(q.question, turns)
-            pairs.append(Pair(q.question_id, sid, k, 0.0, "hard", q.question, text))
-            used.add(sid)
+        hard = _question_like_negatives(q, [s for s in ranked if s.session_id not in gold],
+                                        roles, settings.hard_negatives, "hard")
+        pairs += hard
+        used = {p.session_id for p in hard}
         pool = [s for s in q.sessions if s.session_id not in gold and s.session_id not in used
                 and _user_turn_candidates(s, roles)]
         rng = random.Random(f"{settings.seed}:{q.question_id}")
