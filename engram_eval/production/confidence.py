@@ -319,9 +319,10 @@ def settings_file_for(calibration: str | Path) -> str | None:
 
 def _effective(settings: dict[str, Any]) -> dict[str, Any]:
     """``settings`` without what cannot act: without a rerank anywhere, the rerank fields
-    (model, backend, unit, blend...), the gate's ``rerank_confidence`` and a people override that keeps the rerank off. A
-    calibration fitted before the rerank stage became the default therefore still matches
-    the same settings with ``rerank`` false, whatever the rerank defaults are now."""
+    (model, backend, unit, blend...), the gate's ``rerank_confidence`` and a people override
+    that keeps the rerank off. A calibration fitted before the rerank stage became the
+    default therefore still matches the same settings with ``rerank`` false, whatever the
+    rerank defaults are now."""
     from dataclasses import fields as dc_fields
 
     from engram_eval.retrieval.settings import RetrievalSettings

@@ -73,18 +73,17 @@ def data_file(path: str | Path) -> Path:
 #: Gate fields (not retrieval settings). The excerpt retry changes confidences, so a
 #: calibration depends on it; the others only cut what is returned.
 GATE_FIELDS = ("candidates", "excerpt_retry", "excerpt_max_words", "rerank_confidence", "limit",
-               "min_confidence",
-               "cutoff", "calibration")
+               "min_confidence", "cutoff", "calibration")
 _NOT_CALIBRATED = ("candidates", "limit", "min_confidence", "cutoff", "calibration")
-#: A gate field a record predates -> the value that reproduces what it was made with.
-GATE_LEGACY = {"cutoff": "fixed", "rerank_confidence": "sigmoid"}
 
-#: What production search used, before it took the package's retrieval defaults, for the
-#: fields where they differ (the first stage before PROVENANCE.md section 14, no rerank, the
-#: people overrides of the calibrations v2-v4). Not defaults: a record lacking a field (made
-#: before the field existed: the published runs, calibrations v1-v3) was made with this value,
-#: so :meth:`ProductionSettings.from_recorded` reads it so, never as a later default.
+#: A field a record predates -> the value that reproduces what it was made with, never a later
+#: default (:meth:`ProductionSettings.from_recorded`): the gate's fixed cut-off and the
+#: cross-encoder's sigmoid as the confidence with a rerank, and, where production's own
+#: settings differed from the package's retrieval defaults before it took them, its values
+#: then (the first stage before PROVENANCE.md section 14, no rerank, the people overrides of
+#: calibrations v2-v4; records lacking them: the published runs, calibrations v1-v3).
 RECORD_LEGACY: dict[str, Any] = {
+    "cutoff": "fixed", "rerank_confidence": "sigmoid",
     "dense_turn_top_m": 1, "use_dense_rocchio": False, "use_bm25_prf": False,
     "lexical_stemmer": "none", "lexical_stopwords": "none", "normalisation": "minmax",
     "weight_bm25_user": 0.3, "weight_bm25_turn": 0.3, "weight_bm25_prf": 0.0,
@@ -161,9 +160,9 @@ class ProductionSettings(RetrievalSettings):
     def from_recorded(cls, record: Mapping[str, Any]) -> ProductionSettings:
         """Settings from a record: this layout, or the older flat one of the published runs
         and ``calibration_v1.json`` (detected by its ``piece_words`` key). A field the record
-        lacks takes its value in :data:`GATE_LEGACY` or :data:`RECORD_LEGACY` (what production
-        used before the field was recorded), else the default. Unknown keys are an error
-        naming them; ``calibration_sha256`` (written beside a record) is ignored."""
+        lacks takes its value in :data:`RECORD_LEGACY` (what production used before the field
+        was recorded), else the default. Unknown keys are an error naming them;
+        ``calibration_sha256`` (written beside a record) is ignored."""
         names = {f.name for f in fields(cls)}
         d = {k: v for k, v in record.items() if k != "calibration_sha256"}
         if "piece_words" in d:
@@ -172,4 +171,4 @@ class ProductionSettings(RetrievalSettings):
         unknown = sorted(set(d) - names)
         if unknown:
             raise ConfigError(f"production settings: unknown field(s) {unknown}")
-        return cls(**{**GATE_LEGACY, **RECORD_LEGACY, **d})
+        return cls(**{**RECORD_LEGACY, **d})
