@@ -11,6 +11,11 @@
 #                                     OUTFILE.gz exists
 #   merged_candidates RR_DIR TUNE OUT the no-rerank fold runs of section 6 (RR_DIR/fold{0,1}_none)
 #                                     merged into OUT: the first stage its rerankers trained from
+#   train_folds DATA CANDIDATES NAME [options]
+#                                     two fold cross-encoders on DATA from the CANDIDATES run:
+#                                     $SCRATCH/NAME{0,1}, each trained with TRAIN (and the
+#                                     options) without the half `run --shard I/2` selects,
+#                                     each card copied to $OUT
 #   rerank_folds DATA CONFIG DIR CHOICE DEPTHS ALPHAS
 #                                     the out-of-fold rerank check of a first stage: each half
 #                                     of DATA ranked by CONFIG alone (DIR/fold{0,1}_none) and
@@ -65,6 +70,17 @@ merged_candidates() {
   "$E" merge "$1/fold0_none.jsonl.gz" "$1/fold1_none.jsonl.gz" --dataset "$2" --output "$3" \
     --sources-at "$(git log --diff-filter=A --format=%H -1 -- "$1/fold0_none.jsonl.gz")" \
     | tail -n 1
+}
+
+train_folds() {
+  local data="$1" cand="$2" name="$3" i
+  shift 3
+  for i in 0 1; do
+    [ -e "$SCRATCH/$name$i" ] || "$E" train-reranker "$data" --run "$cand" \
+      --output "$SCRATCH/$name$i" --exclude-shard "$i/2" "${TRAIN[@]}" "$@" 2>/dev/null \
+      | tail -n 2
+    [ -e "$OUT/$name$i.card.json" ] || cp "$SCRATCH/$name$i.card.json" "$OUT/"
+  done
 }
 
 rerank_folds() {

@@ -63,11 +63,8 @@ folds() {
   [ -e "$cand" ] || "$E" merge "$LEX/fold0_none.jsonl.gz" "$LEX/fold1_none.jsonl.gz" \
     --dataset "$LME_TUNE" --output "$cand" --sources-at 8012952 | tail -n 1
   echo "== 3. fold cross-encoders on those candidates"
+  train_folds "$LME_TUNE" "$cand" ce_new_fold
   for i in 0 1; do
-    [ -e "$SCRATCH/ce_new_fold$i" ] || "$E" train-reranker "$LME_TUNE" --run "$cand" \
-      --output "$SCRATCH/ce_new_fold$i" --exclude-shard "$i/2" "${TRAIN[@]}" 2>/dev/null \
-      | tail -n 2
-    [ -e "$OUT/ce_new_fold$i.card.json" ] || cp "$SCRATCH/ce_new_fold$i.card.json" "$OUT/"
     [ -e "$SCRATCH/ce_fold$i" ] || { echo "missing $SCRATCH/ce_fold$i:" \
       "run scripts/publish_lexical.sh train first" >&2; exit 1; }
   done

@@ -218,14 +218,9 @@ retrain() {
   # rerank step, merged), fold cross-encoders with section 6's settings (TRAIN), each half
   # reranked by the one that never saw it at the card's depth and blends 0.8 0.7 0.9; the
   # choice pools none, the shipped family's d20_a0.8 (rerank step) and the retrained family
-  local cand="$SCRATCH/topm_candidates.jsonl" i a args
+  local cand="$SCRATCH/topm_candidates.jsonl" a args
   merged_candidates "$OUT" "$LME_TUNE" "$cand"
-  for i in 0 1; do
-    [ -e "$SCRATCH/ce_topm_fold$i" ] || "$E" train-reranker "$LME_TUNE" --run "$cand" \
-      --output "$SCRATCH/ce_topm_fold$i" --exclude-shard "$i/2" "${TRAIN[@]}" 2>/dev/null \
-      | tail -n 2
-    [ -e "$OUT/ce_topm_fold$i.card.json" ] || cp "$SCRATCH/ce_topm_fold$i.card.json" "$OUT/"
-  done
+  train_folds "$LME_TUNE" "$cand" ce_topm_fold
   echo "== each half reranked by the retrained fold cross-encoder that never saw it"
   CE_NAME=ce_topm_fold RUN_TAG=new_ rerank_folds "$LME_TUNE" "$OUT/topm_first_stage.yaml" \
     "$OUT" "" "$DEPTH" "${ALPHAS[*]}"
@@ -335,14 +330,9 @@ absent() {
   # candidate -> absent_choice.json. The candidate would replace the family only if its
   # study's combined out-of-fold AUROC for "the top result is gold" is higher and the rerank
   # objective not lower; otherwise it is dropped (PROVENANCE says which).
-  local cand="$SCRATCH/topm_candidates.jsonl" i r
+  local cand="$SCRATCH/topm_candidates.jsonl" r
   merged_candidates "$OUT" "$LME_TUNE" "$cand"
-  for i in 0 1; do
-    [ -e "$SCRATCH/ce_absent_fold$i" ] || "$E" train-reranker "$LME_TUNE" --run "$cand" \
-      --output "$SCRATCH/ce_absent_fold$i" --exclude-shard "$i/2" "${TRAIN[@]}" \
-      --unanswerable-negatives 5 2>/dev/null | tail -n 2
-    [ -e "$OUT/ce_absent_fold$i.card.json" ] || cp "$SCRATCH/ce_absent_fold$i.card.json" "$OUT/"
-  done
+  train_folds "$LME_TUNE" "$cand" ce_absent_fold --unanswerable-negatives 5
   echo "== each half reranked by the 'nothing here' fold cross-encoder that never saw it"
   CE_NAME=ce_absent_fold RUN_TAG=absent_ rerank_folds "$LME_TUNE" \
     "$OUT/topm_first_stage.yaml" "$OUT" "" "$DEPTH" 0.8

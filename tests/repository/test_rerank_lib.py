@@ -83,3 +83,33 @@ def test_an_empty_choice_runs_every_fold_and_chooses_nothing(tmp_path: Path) -> 
     calls = _rerank_folds(tmp_path, "20", "0.8", choice="")
     assert sum(c.startswith("engram-eval run ") for c in calls) == 4
     assert not [c for c in calls if c.startswith("python ")]
+
+
+def test_train_folds_leaves_each_half_out_and_copies_each_card(tmp_path: Path) -> None:
+    """train_folds: $SCRATCH/NAME{0,1}, each trained with TRAIN and the extra options without
+    the half `run --shard I/2` selects, each card copied to $OUT; a model or card already
+    there is left alone."""
+    if shutil.which("bash") is None:
+        pytest.skip("bash not available")
+    fake = ('#!/bin/sh\necho "$(basename "$0") $*" >> "$CALLS"\n'
+            'while [ "$#" -gt 0 ]; do [ "$1" = --output ] && { mkdir -p "$2"; '
+            'echo "{}" > "$2.card.json"; }; shift; done\n')
+    (tmp_path / "engram-eval").write_text(fake)
+    (tmp_path / "engram-eval").chmod(0o755)
+    (tmp_path / "S" / "ce_x1").mkdir(parents=True)  # fold 1 trained before
+    (tmp_path / "S" / "ce_x1.card.json").write_text('{"old": 1}')
+    (tmp_path / "o").mkdir()
+    script = (f'set -euo pipefail\nE="{tmp_path}/engram-eval" SCRATCH=S OUT=o\n'
+              f'source "{ROOT}/scripts/_rerank_lib.sh"\n'
+              'train_folds tune.json cand.jsonl ce_x --unanswerable-negatives 5\n')
+    p = subprocess.run(["bash", "-c", script], cwd=tmp_path, text=True, capture_output=True,
+                       env={**os.environ, "CALLS": str(tmp_path / "calls")}, timeout=60)
+    assert p.returncode == 0, p.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    train = ("engram-eval train-reranker tune.json --run cand.jsonl --output S/ce_x0 "
+             "--exclude-shard 0/2 --max-length 128 --epochs 3 --batch-size 16 "
+             "--learning-rate 4e-5 --hard-negatives 5 --random-negatives 3 --seed 0 "
+             "--unanswerable-negatives 5")
+    assert calls == [train]
+    assert (tmp_path / "o" / "ce_x0.card.json").read_text() == "{}\n"
+    assert (tmp_path / "o" / "ce_x1.card.json").read_text() == '{"old": 1}'
