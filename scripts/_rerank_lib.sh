@@ -25,9 +25,12 @@
 #                                     space-separated list); choose_rerank.py picks by section
 #                                     6's objective -> CHOICE (none when CHOICE is empty: the
 #                                     caller pools the runs itself). CE_NAME (default ce_fold) names
-#                                     other fold cross-encoders ($SCRATCH/CE_NAME{0,1}) and
+#                                     other fold cross-encoders ($SCRATCH/CE_NAME{0,1}),
 #                                     RUN_TAG (default empty) prefixes their reranked runs'
-#                                     names (DIR/fold{0,1}_RUN_TAGd..._a...)
+#                                     names (DIR/fold{0,1}_RUN_TAGd..._a...), RERANK_ARGS
+#                                     (word-split, default empty) adds rerank options to
+#                                     them, and FIRST_DIR (default DIR) holds the
+#                                     first-stage runs fold{0,1}_none
 # and the settings every published reranker run shares, defined once here:
 #   FIRST   the first stage of the published rerank runs (torch embeddings, as the held-out
 #           runs they are compared with)
@@ -85,11 +88,12 @@ train_folds() {
 
 rerank_folds() {
   local data="$1" cfg="$2" dir="$3" choice="$4" i a d f args=(--candidate none)
-  local -a depths alphas
+  local -a depths alphas extra
   read -r -a depths <<< "$5"
   read -r -a alphas <<< "$6"
+  read -r -a extra <<< "${RERANK_ARGS:-}"
   for i in 0 1; do
-    f="$dir/fold${i}_none.jsonl"
+    f="${FIRST_DIR:-$dir}/fold${i}_none.jsonl"
     run_to "$data" "$f" --config "$cfg" --shard "$i/2" --trace-sessions 5 --no-rerank
     args+=("$f.gz")
   done
@@ -101,7 +105,8 @@ rerank_folds() {
         run_to "$data" "$f" --config "$cfg" --shard "$i/2" \
           --trace-sessions 5 --rerank --reranker-model "$SCRATCH/${CE_NAME:-ce_fold}$i" \
           --reranker-backend onnx --reranker-precision int8 --rerank-unit turn \
-          --rerank-max-length 128 --rerank-candidates "$d" --fusion-alpha "$a"
+          --rerank-max-length 128 --rerank-candidates "$d" --fusion-alpha "$a" \
+          ${extra[@]+"${extra[@]}"}
         args+=("$f.gz")
       done
     done

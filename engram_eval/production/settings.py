@@ -83,7 +83,7 @@ _NOT_CALIBRATED = ("candidates", "limit", "min_confidence", "cutoff", "calibrati
 #: then (the first stage before PROVENANCE.md section 14, no rerank, the people overrides of
 #: calibrations v2-v4; records lacking them: the published runs, calibrations v1-v3).
 RECORD_LEGACY: dict[str, Any] = {
-    "cutoff": "fixed", "rerank_confidence": "sigmoid",
+    "cutoff": "fixed", "rerank_confidence": "sigmoid", "rerank_prior": "rank",
     "dense_turn_top_m": 1, "use_dense_rocchio": False, "use_bm25_prf": False,
     "lexical_stemmer": "none", "lexical_stopwords": "none", "normalisation": "minmax",
     "weight_bm25_user": 0.3, "weight_bm25_turn": 0.3, "weight_bm25_prf": 0.0,

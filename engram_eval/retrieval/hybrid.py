@@ -27,7 +27,9 @@ derived from them. Per question (one corpus per question, nothing shared but cac
    never inverts on a z-score scale.
 5. Optional cross-encoder rerank of the ``rerank_candidates`` best *fused* candidates
    (:mod:`.rerank`): ``score = ((1 - fusion_alpha) * sigmoid(raw) + fusion_alpha * prior)
-   * temporal``, where ``prior = 1 - (fused_rank - 1) / n_candidates``. The ranking is
+   * temporal``, where ``prior`` is ``1 - (fused_rank - 1) / n_candidates``
+   (``rerank_prior`` 'rank') or the fused score min-max normalised over the candidates
+   ('score'; :func:`.pipeline.rerank_priors`). The ranking is
    ordered by (reranked first, then score): sessions not reranked keep their temporal score
    shifted below every reranked one, ``t - max(t over not reranked) - 1`` (so <= -1 < 0 <=
    any reranked score), whatever ``rrf_k`` and the weights. Passage fallback: when every base

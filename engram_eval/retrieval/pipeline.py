@@ -26,7 +26,8 @@ Stages, in order (README.md, "Architecture", gives the same outline):
    (:func:`.fusion.temporal_scores`).
 4. :func:`rerank_stage` (only with ``rerank``): cross-encoder scores of the best
    ``rerank_candidates`` fused candidates, the passage fallback, the blend with the prior
-   rank (``fusion_alpha``) and the temporal multiplier; sessions not reranked go below.
+   (``fusion_alpha``, ``rerank_prior``) and the temporal multiplier; sessions not reranked
+   go below.
 5. :func:`coverage_stage` (only after a rerank with ``preserve_prior``): the temporal leader
    kept inside the first ``result_k`` (:mod:`.coverage`).
 6. :func:`features_stage`: the confidence features the study kept
@@ -95,6 +96,7 @@ class SessionTrace(TypedDict, total=False):
     rerank_rank: int | None
     base_raw_score: float
     rerank_turn: int | None
+    prior: float
     passage: dict[str, Any]
     raw_score: float
     final_score: float
@@ -526,17 +528,34 @@ def turn_scores(st: QuestionState, cands: list[int], score_pairs: ScorePairs
     return raw
 
 
+def rerank_priors(rule: str, fused_ranks: Sequence[int], fused: Sequence[float]
+                  ) -> list[float]:
+    """The prior of each reranked candidate (in fused order), in [0, 1]: ``rank``: ``1 -
+    (fused_rank - 1) / n`` (steps of 1/n whatever the scores); ``score``: the fused score
+    min-max normalised over the candidates, ``(f - min) / (max - min)`` (1.0 for all when
+    they are equal), so candidates the first stage put close together stay close and a clear
+    leader keeps its lead."""
+    if rule == "rank":
+        return [1.0 - (r - 1) / len(fused_ranks) for r in fused_ranks]
+    if rule == "score":
+        lo, hi = min(fused, default=0.0), max(fused, default=0.0)
+        return [(f - lo) / (hi - lo) if hi > lo else 1.0 for f in fused]
+    raise ValueError(f"unknown rerank_prior {rule!r}")
+
+
 def rerank_stage(st: QuestionState, score_pairs: ScorePairs) -> None:
     """Stage 4: ``score = ((1 - fusion_alpha) * sigmoid(raw) + fusion_alpha * prior) *
-    temporal`` for the best ``rerank_candidates`` fused candidates, ``prior = 1 -
-    (fused_rank - 1) / n_candidates``; the others keep their temporal score shifted below
-    every reranked one (``t - max(t over not reranked) - 1``). Order: reranked first, then
-    score, then corpus order."""
+    temporal`` for the best ``rerank_candidates`` fused candidates, ``prior``
+    (:func:`rerank_priors`, traced as ``prior``) by ``rerank_prior``; the others keep their
+    temporal score shifted below every reranked one (``t - max(t over not reranked) - 1``).
+    Order: reranked first, then score, then corpus order."""
     from engram_eval.retrieval.rerank import sigmoid
 
     c = st.settings
     n = st.n
     cands = st.fused_order[: c.rerank_candidates]
+    priors = rerank_priors(c.rerank_prior, [st.fused_rank[i] for i in cands],
+                           [float(st.fused[i]) for i in cands])
 
     def recorded(pairs: list[tuple[str, str]]) -> list[float]:
         raw = score_pairs(pairs)
@@ -544,8 +563,8 @@ def rerank_stage(st: QuestionState, score_pairs: ScorePairs) -> None:
         return raw
 
     raw_scores = cross_scores(st, cands, recorded)
-    for i in cands:
-        prior = 1.0 - (st.fused_rank[i] - 1) / len(cands)
+    for i, prior in zip(cands, priors, strict=True):
+        st.traces[i]["prior"] = prior
         st.raw[i] = raw_scores[i]
         base = (1 - c.fusion_alpha) * sigmoid(raw_scores[i]) + c.fusion_alpha * prior
         st.final[i] = base * st.mult[i]

@@ -57,11 +57,14 @@ STRUCTURE_TURN_FIELDS = ("bm25_turn_top_m", "dense_turn_top_m")
 #: model scoring session passages): the package defaults these fields had before a shipped
 #: reranker existed.
 CARD_FIELDS = ("reranker_backend", "reranker_precision", "rerank_unit", "rerank_max_length",
-               "rerank_candidates", "fusion_alpha")
+               "rerank_candidates", "fusion_alpha", "rerank_prior")
 GENERIC_RERANK: dict[str, Any] = {"reranker_backend": "sentence_transformers",
                                   "reranker_precision": "fp32", "rerank_unit": "passage",
                                   "rerank_max_length": 512, "rerank_candidates": 35,
-                                  "fusion_alpha": 0.0}
+                                  "fusion_alpha": 0.0, "rerank_prior": "rank"}
+#: Card fields added after settings cards were written, with the value a card that lacks one
+#: was chosen under (engram-ce-minilm-v1 to -v3 and any card written before the field).
+CARD_LEGACY: dict[str, Any] = {"rerank_prior": "rank"}
 
 #: The default ``people_overrides``: chosen by ``engram-eval tune`` on the LoCoMo10 tune
 #: conversations beside the LongMemEval tune part and run once on the held-out conversations
@@ -83,7 +86,7 @@ LEGACY_VALUES: dict[str, Any] = {"people_overrides": {}, "rerank_unit": "passage
                                  "reranker_precision": "fp32", "lexical_tokenizer": "word",
                                  "lexical_stemmer": "none", "lexical_stopwords": "none",
                                  "lexical_speaker": "none", "bm25_turn_top_m": 1,
-                                 "dense_turn_top_m": 1}
+                                 "dense_turn_top_m": 1, "rerank_prior": "rank"}
 
 
 def recorded_values(meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -304,8 +307,13 @@ class RetrievalSettings:
                           "below (the pipeline's original rule); 'session' = the session text "
                           "only; 'turn' = each user turn with text, the session scoring its "
                           "best turn", group="rerank", choices=("passage", "session", "turn"))
-    fusion_alpha: float = _f(0.8, "blend of the prior (fused) rank into the reranked score",
+    fusion_alpha: float = _f(0.8, "weight of the prior (rerank_prior) in the reranked score",
                              group="rerank", lo=0.0, hi=1.0)
+    rerank_prior: str = _f("rank", "the prior blended with the cross-encoder's sigmoid: "
+                           "'rank' = 1 - (fused rank - 1) / candidates (equal steps, the "
+                           "original rule); 'score' = the fused score min-max normalised over "
+                           "the reranked candidates (keeps how far apart the first stage put "
+                           "them)", group="rerank", choices=("rank", "score"))
     passage_fallback: bool = _f(True, "retry long documents with a focused excerpt when every "
                                 "base sigmoid score is under passage_floor", group="rerank")
     passage_floor: float = _f(0.001, "activation floor of the passage fallback",
@@ -501,6 +509,9 @@ def apply_model_card(settings: RetrievalSettings, card: Mapping[str, Any] | None
         elif name in card:
             changes[name] = card[name]
             origins[name] = label
+        elif card and name in CARD_LEGACY:
+            changes[name] = CARD_LEGACY[name]
+            origins[name] = f"{label} (chosen before the field existed)"
         else:
             changes[name] = GENERIC_RERANK[name]
             origins[name] = "generic (the model has no settings card)"

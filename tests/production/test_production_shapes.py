@@ -473,6 +473,11 @@ def test_the_gate_cutoff_is_the_recorded_one_only_when_asked() -> None:
     old = {k: v for k, v in cal.to_json().items() if k != "cutoff"}
     assert ProductionSettings.from_recorded(old).cutoff == "fixed"
     assert ProductionSettings.from_recorded(cal.to_json()).cutoff == "calibrated"
+    # a record made before the rerank prior could be chosen ranked with the rank rule
+    scored = dataclasses.replace(cal, rerank_prior="score").to_json()
+    assert ProductionSettings.from_recorded(scored).rerank_prior == "score"
+    before = {k: v for k, v in scored.items() if k != "rerank_prior"}
+    assert ProductionSettings.from_recorded(before).rerank_prior == "rank"
 
 
 def test_measure_reads_a_v4_calibration_over_runs_at_the_shapes_cutoff(

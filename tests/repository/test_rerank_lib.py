@@ -79,6 +79,20 @@ def test_other_fold_cross_encoders_and_run_names(tmp_path: Path) -> None:
             "o/fold1_new_d20_a0.9.jsonl.gz") in choose
 
 
+def test_extra_rerank_options_and_first_stage_runs_elsewhere(tmp_path: Path) -> None:
+    """RERANK_ARGS is added to every reranked run (not to the first stage); FIRST_DIR holds
+    the first-stage halves (run there when absent, handed to the choice from there)."""
+    calls = _rerank_folds(tmp_path, "20", "0.5",
+                          prefix='RERANK_ARGS="--rerank-prior score" FIRST_DIR=f ')
+    runs = [c.split(" --output ", 1)[1] for c in calls if c.startswith("engram-eval run ")]
+    assert [r.split()[0] for r in runs] == ["f/fold0_none.jsonl", "f/fold1_none.jsonl",
+                                           "o/fold0_d20_a0.5.jsonl", "o/fold1_d20_a0.5.jsonl"]
+    assert ["--rerank-prior" in r for r in runs] == [False, False, True, True]
+    assert all(r.endswith("--fusion-alpha 0.5 --rerank-prior score") for r in runs[2:])
+    choose = next(c for c in calls if c.startswith("python "))
+    assert "--candidate none f/fold0_none.jsonl.gz f/fold1_none.jsonl.gz " in choose
+
+
 def test_an_empty_choice_runs_every_fold_and_chooses_nothing(tmp_path: Path) -> None:
     calls = _rerank_folds(tmp_path, "20", "0.8", choice="")
     assert sum(c.startswith("engram-eval run ") for c in calls) == 4

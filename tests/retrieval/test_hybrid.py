@@ -312,6 +312,42 @@ def test_fusion_alpha_blend_and_non_candidates(rerank_config: RunConfig) -> None
     assert any(s.trace["temporal"] == 1.5 for s in cands)
 
 
+def test_score_prior_is_the_fused_score_min_max_normalised_over_the_candidates(
+        rerank_config: RunConfig) -> None:
+    cfg = rerank_config.replace(fusion_alpha=0.6, rerank_candidates=4, temporal_boost=1.5,
+                                preserve_prior=False, rerank_prior="score")
+    _, ranking = run(cfg, question("What did I buy 3 weeks ago?"))
+    cands = [s.trace for s in ranking.results if s.trace["reranked"]]
+    lo, hi = min(t["fused"] for t in cands), max(t["fused"] for t in cands)
+    assert len(cands) == 4 and hi > lo
+    for t in cands:
+        assert t["prior"] == pytest.approx((t["fused"] - lo) / (hi - lo), rel=1e-12)
+        want = ((1 - 0.6) * sigmoid(t["raw_score"]) + 0.6 * t["prior"]) * t["temporal"]
+        assert t["final_score"] == pytest.approx(want, rel=1e-12)
+    assert sorted(t["prior"] for t in cands)[::3] == [0.0, 1.0]
+    # the rank rule on the same candidates: equal steps, whatever the fused scores
+    rank = [s.trace for s in run(cfg.replace(rerank_prior="rank"),
+                                 question("What did I buy 3 weeks ago?"))[1].results
+            if s.trace["reranked"]]
+    assert sorted(t["prior"] for t in rank) == [1 - k / 4 for k in (3, 2, 1, 0)]
+    assert {t["prior_rank"]: t["prior"] for t in rank} == {r: 1 - (r - 1) / 4
+                                                            for r in (1, 2, 3, 4)}
+
+
+@pytest.mark.parametrize("fused, want", [
+    ([0.9, 0.5, 0.4, 0.1], [1.0, (0.5 - 0.1) / 0.8, (0.4 - 0.1) / 0.8, 0.0]),
+    ([0.3, 0.3], [1.0, 1.0]),  # no spread: every candidate keeps the full prior
+])
+def test_rerank_priors(fused: list[float], want: list[float]) -> None:
+    from engram_eval.retrieval.pipeline import rerank_priors
+
+    ranks = list(range(1, len(fused) + 1))
+    assert rerank_priors("score", ranks, fused) == pytest.approx(want, rel=1e-12)
+    assert rerank_priors("rank", ranks, fused) == [1 - (r - 1) / len(fused) for r in ranks]
+    with pytest.raises(ValueError, match="rerank_prior"):
+        rerank_priors("nope", ranks, fused)
+
+
 def _coverage_case(cfg: RunConfig) -> tuple[Question, int]:
     """A question whose prior leader lands at 0-based position >= 2 after rerank."""
     texts = ["What breed is the puppy I adopted?", "What did I buy?",

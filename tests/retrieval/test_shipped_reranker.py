@@ -140,6 +140,33 @@ def test_rerank_alone_takes_the_card_settings_and_records_where_from(shipped: Pa
     assert config.settings_sources["people_overrides"].startswith(f"card:{NAME}")
 
 
+def test_a_card_written_before_a_field_gets_the_value_it_was_chosen_under(
+        shipped: Path, damaged: Path) -> None:
+    """CHOSEN (like engram-ce-minilm-v1 to -v3) predates ``rerank_prior``: it was chosen with
+    the rank prior, whatever the package default; a card that names the field applies it."""
+    from engram_eval.retrieval.settings import CARD_LEGACY
+
+    assert "rerank_prior" not in CHOSEN and CARD_LEGACY["rerank_prior"] == "rank"
+    for default in ("rank", "score"):
+        config = resolve_model_settings(
+            RunConfig(rerank=True, reranker_model=NAME, rerank_prior=default),
+            {"rerank", "reranker_model"})
+        assert config.rerank_prior == "rank"
+        assert config.settings_sources["rerank_prior"] == (f"card:{NAME} (chosen before the "
+                                                           "field existed)")
+    ship_settings_version(NAME, damaged.parent / "tiny-score", name="tiny-score", version="2",
+                          settings={**CHOSEN, "rerank_prior": "score"}, chosen_by="a test")
+    config = resolve_model_settings(RunConfig(rerank=True, reranker_model="tiny-score"),
+                                    {"rerank", "reranker_model"})
+    assert config.rerank_prior == "score"
+    assert config.settings_sources["rerank_prior"] == "card:tiny-score"
+    explicit = resolve_model_settings(
+        RunConfig(rerank=True, reranker_model="tiny-score", rerank_prior="rank"),
+        {"rerank", "reranker_model", "rerank_prior"})
+    assert (explicit.rerank_prior, explicit.settings_sources["rerank_prior"]) == ("rank",
+                                                                                  "explicit")
+
+
 def test_explicit_values_win_over_the_card(shipped: Path) -> None:
     config = resolve_model_settings(
         RunConfig(rerank=True, reranker_model=NAME, fusion_alpha=0.3, rerank_candidates=2),

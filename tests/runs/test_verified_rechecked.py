@@ -512,6 +512,7 @@ def test_rerun_rebuilds_a_run_that_predates_a_field_with_its_legacy_value(
     old = dict(meta, retriever=described,
                config={k: v for k, v in meta["config"].items() if k not in LEGACY_VALUES})
     assert V.rerun_retriever(old).settings.people_overrides == {}
+    assert V.rerun_retriever(old).settings.rerank_prior == "rank"  # the rule before the field
     assert V.rerun_retriever(meta).settings.people_overrides == meta["config"]["people_overrides"]
 
 
