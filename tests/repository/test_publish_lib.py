@@ -268,7 +268,7 @@ def test_a_refused_freeze_or_failed_verify_stops_the_publication(
 #: measurements (benchmarks/production_retrieval/*.py: other options, no verify): they freeze
 #: and run those tools themselves.
 OWN_FREEZE = {"publish_production.sh", "publish_confidence.sh", "publish_confidence_v4.sh",
-              "publish_confidence_v5.sh"}
+              "publish_confidence_v5.sh", "publish_confidence_v6.sh"}
 
 
 ENGRAM_RUN_SCRIPTS = sorted(p for p in (ROOT / "scripts").glob("publish_*.sh")
