@@ -81,6 +81,7 @@ SOURCES_AT: dict[str, str] = {
     "turn_top_m/heldout_topm_lme_v3*.jsonl.gz": "188f844",
     "turn_top_m/fold?_absent_*.jsonl.gz": "99b48bf",
     "confidence_v5/locomo_tune_default.jsonl.gz": "4d1e35a",
+    "rerank_prior/fold?_score_*.jsonl.gz": "15028a5",
 }
 
 

@@ -554,7 +554,7 @@ def pipeline_line(settings: RetrievalSettings, origins: Mapping[str, str] | None
             f"rerank {settings.reranker_model} ({settings.reranker_backend} "
             f"{settings.reranker_precision}, unit {settings.rerank_unit}, "
             f"{settings.rerank_max_length} tokens, top {settings.rerank_candidates}, "
-            f"fusion_alpha {settings.fusion_alpha:g}"
+            f"fusion_alpha {settings.fusion_alpha:g}, prior {settings.rerank_prior}"
             + (f"; settings from {', '.join(src)}" if src else "")
             + ("" if settings.rerank else "; people's chats only")
             + ("" if people or not settings.rerank else "; people's chats: off") + ")")

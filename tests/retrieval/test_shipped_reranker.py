@@ -266,7 +266,8 @@ def test_people_chats_are_not_reranked_when_the_card_says_so(shipped: Path,
 SHIPPED = "engram-ce-minilm-v3"  # the package default (PROVENANCE.md section 18)
 
 
-@pytest.mark.parametrize("name", ["engram-ce-minilm-v1", "engram-ce-minilm-v2", "engram-ce-minilm-v3"])
+@pytest.mark.parametrize("name", ["engram-ce-minilm-v1", "engram-ce-minilm-v2", "engram-ce-minilm-v3",
+                                  "engram-ce-minilm-v4"])
 def test_the_shipped_reranker_resolves_with_its_card(name: str) -> None:
     """Every shipped version stays resolvable (earlier runs re-execute with theirs)."""
     ref = resolve_model(name, "reranker")
