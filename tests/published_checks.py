@@ -82,6 +82,7 @@ SOURCES_AT: dict[str, str] = {
     "turn_top_m/fold?_absent_*.jsonl.gz": "99b48bf",
     "confidence_v5/locomo_tune_default.jsonl.gz": "4d1e35a",
     "rerank_prior/fold?_score_*.jsonl.gz": "15028a5",
+    "rerank_prior/heldout_prior_lme_v4.jsonl.gz": "2ee10c4",
 }
 
 
