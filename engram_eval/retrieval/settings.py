@@ -281,7 +281,7 @@ class RetrievalSettings:
                                "(applied to the non-negative prior score)", group="temporal",
                                lo=1.0, hi=10.0)
     # rerank. The defaults are the shipped reranker and the settings its card chose
-    # (engram_eval/models/engram-ce-minilm-v1/card.json, PROVENANCE.md section 12); for another
+    # (engram_eval/models/engram-ce-minilm-v4/card.json, PROVENANCE.md section 20); for another
     # model, `run` takes these fields from that model's card, or the generic rule
     # (GENERIC_RERANK) when it has none, unless given explicitly.
     rerank: bool = _f(True, "rerank the top candidates with a cross-encoder (people's chats: "
@@ -295,8 +295,8 @@ class RetrievalSettings:
                                  "(reranker_backend onnx only: dynamic quantisation, scheme "
                                  "chosen for the CPU)", group="rerank",
                                  choices=("fp32", "int8"))
-    reranker_model: str = _f("engram-ce-minilm-v3", "cross-encoder: a model shipped with the "
-                             "package (engram-ce-minilm-v1, -v2, -v3), an HF id in the local "
+    reranker_model: str = _f("engram-ce-minilm-v4", "cross-encoder: a model shipped with the "
+                             "package (engram-ce-minilm-v1 to -v4), an HF id in the local "
                              "cache or a local path", group="rerank")
     rerank_candidates: int = _f(20, "how many fused candidates are reranked", group="rerank",
                                 lo=1, hi=10000)
@@ -307,9 +307,9 @@ class RetrievalSettings:
                           "below (the pipeline's original rule); 'session' = the session text "
                           "only; 'turn' = each user turn with text, the session scoring its "
                           "best turn", group="rerank", choices=("passage", "session", "turn"))
-    fusion_alpha: float = _f(0.8, "weight of the prior (rerank_prior) in the reranked score",
+    fusion_alpha: float = _f(0.6, "weight of the prior (rerank_prior) in the reranked score",
                              group="rerank", lo=0.0, hi=1.0)
-    rerank_prior: str = _f("rank", "the prior blended with the cross-encoder's sigmoid: "
+    rerank_prior: str = _f("score", "the prior blended with the cross-encoder's sigmoid: "
                            "'rank' = 1 - (fused rank - 1) / candidates (equal steps, the "
                            "original rule); 'score' = the fused score min-max normalised over "
                            "the reranked candidates (keeps how far apart the first stage put "

@@ -263,7 +263,7 @@ def test_people_chats_are_not_reranked_when_the_card_says_so(shipped: Path,
 
 
 # --------------------------------------------------------------------------- the real one
-SHIPPED = "engram-ce-minilm-v3"  # the package default (PROVENANCE.md section 18)
+SHIPPED = "engram-ce-minilm-v4"  # the package default (PROVENANCE.md section 20)
 
 
 @pytest.mark.parametrize("name", ["engram-ce-minilm-v1", "engram-ce-minilm-v2", "engram-ce-minilm-v3",
