@@ -83,6 +83,7 @@ SOURCES_AT: dict[str, str] = {
     "confidence_v5/locomo_tune_default.jsonl.gz": "4d1e35a",
     "rerank_prior/fold?_score_*.jsonl.gz": "15028a5",
     "rerank_prior/heldout_prior_lme_v4.jsonl.gz": "2ee10c4",
+    "confidence_v6/locomo_tune_default.jsonl.gz": "f594cca",
 }
 
 

@@ -84,6 +84,7 @@ _HASHED_BY: dict[str, str] = {
     "engram_eval/production/confidence.py": "production confidence",
     "engram_eval/production/data/calibration_v1.json": "production confidence",
     "engram_eval/production/data/calibration_v5.json": "production confidence",
+    "engram_eval/production/data/calibration_v6.json": "production confidence",
     "engram_eval/production/data/settings_v1.json": "production confidence",
     "engram_eval/production/data/settings_v2.json": "production confidence",
     "engram_eval/production/data/settings_v4.json": "production confidence",
@@ -278,6 +279,10 @@ FILE_GENERATORS: dict[str, str] = {
     # (scripts/publish_confidence_v5.sh)
     "calibration_v5.report.json": "engram_eval/production_eval/commands.py",
     "calibration_v5.report.png": "engram_eval/production_eval/commands.py",
+    # results/confidence_v6: the same fit under the default pipeline with engram-ce-minilm-v4
+    # (scripts/publish_confidence_v6.sh)
+    "calibration_v6.report.json": "engram_eval/production_eval/commands.py",
+    "calibration_v6.report.png": "engram_eval/production_eval/commands.py",
     # its held-out measurement over the runs of section 14 (publish_confidence_v4.sh measure)
     "heldout_lme.json": "engram_eval/production_eval/commands.py",
     "heldout_lme.png": "engram_eval/production_eval/commands.py",
