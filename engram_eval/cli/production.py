@@ -44,6 +44,7 @@ def add_settings_arguments(p: argparse.ArgumentParser) -> None:
     from engram_eval.production.settings import (
         RECORDED_SETTINGS_V1,
         RECORDED_SETTINGS_V4,
+        RECORDED_SETTINGS_V5,
         ProductionSettings,
     )
     from engram_eval.retrieval.flags import add_field_arguments
@@ -52,7 +53,8 @@ def add_settings_arguments(p: argparse.ArgumentParser) -> None:
                    help="start from these recorded settings (a JSON settings mapping, or a "
                         "production output whose 'settings' it holds) instead of the package "
                         f"defaults; the published runs' settings are {RECORDED_SETTINGS_V1}, "
-                        f"calibration v4's {RECORDED_SETTINGS_V4}. A field the record lacks "
+                        f"calibration v4's {RECORDED_SETTINGS_V4}, calibration v5's "
+                        f"{RECORDED_SETTINGS_V5}. A field the record lacks "
                         "takes the value production used before it was recorded. The options "
                         "below override it.")
     add_field_arguments(p, ProductionSettings, SETTINGS_GROUPS)

@@ -30,11 +30,15 @@ from typing import Any
 from engram_eval.errors import ConfigError
 from engram_eval.retrieval.settings import GATE_GROUP, RetrievalSettings, _f
 
-#: The package default gate: calibration v5, one model per memory shape (file format
-#: version 4; PROVENANCE.md section 19), fitted under the package's default pipeline with its
-#: rerank (``settings_v5.json`` records those settings), with the cut-off each model records
-#: (``cutoff`` 'calibrated') and no excerpt retry (it was fitted without one).
-DEFAULT_CALIBRATION = "engram_eval/production/data/calibration_v5.json"
+#: The package default gate: calibration v6, one model per memory shape (file format
+#: version 4; PROVENANCE.md section 21), fitted under the package's default pipeline with its
+#: rerank by engram-ce-minilm-v4 (``settings_v6.json`` records those settings), with the
+#: cut-off each model records (``cutoff`` 'calibrated') and no excerpt retry (it was fitted
+#: without one).
+DEFAULT_CALIBRATION = "engram_eval/production/data/calibration_v6.json"
+#: The settings calibration v5 (the default before v6, PROVENANCE.md section 19) was fitted
+#: under (the same first stage, rerank by engram-ce-minilm-v3): ``--settings`` this file.
+RECORDED_SETTINGS_V5 = "engram_eval/production/data/settings_v5.json"
 #: The settings calibration v4 (the default before v5, PROVENANCE.md section 17) was fitted
 #: under (the first stage before PROVENANCE.md section 14, no rerank): these reproduce it
 #: (``--settings`` this file).
@@ -136,10 +140,10 @@ class ProductionSettings(RetrievalSettings):
                           "applied when it is per memory shape, version 4 on, else the "
                           "cross-encoder's sigmoid is the confidence); '' = the packaged "
                           "default (DEFAULT_CALIBRATION: "
-                          "engram_eval/production/data/calibration_v5.json, fitted under the "
-                          "package defaults; the former defaults v4 and v2 under --settings "
-                          "engram_eval/production/data/settings_v4.json and "
-                          "settings_v2.json)", group=GATE_GROUP)
+                          "engram_eval/production/data/calibration_v6.json, fitted under the "
+                          "package defaults; the former defaults v5, v4 and v2 under "
+                          "--settings engram_eval/production/data/settings_v5.json, "
+                          "settings_v4.json and settings_v2.json)", group=GATE_GROUP)
 
     def to_json(self) -> dict[str, Any]:
         """Every field but the runtime ones (batch size, cache)."""

@@ -673,7 +673,7 @@ def test_a_record_from_before_the_calibrated_rerank_gate_reads_as_the_sigmoid() 
 
 def test_the_default_gate_is_fitted_under_the_package_defaults() -> None:
     """Production search runs the package's default pipeline (issue 26 item 3): the packaged
-    default calibration (v5) records exactly the package's production defaults, rerank on,
+    default calibration (v6) records exactly the package's production defaults, rerank on,
     and is accepted under them with the default embedding model's files; its settings file
     is the record it was fitted under; every shape has a model and a cut-off."""
     from engram_eval.production.confidence import (
@@ -683,7 +683,7 @@ def test_the_default_gate_is_fitted_under_the_package_defaults() -> None:
     )
     from engram_eval.production.settings import DEFAULT_CALIBRATION, ProductionSettings, data_file
 
-    assert DEFAULT_CALIBRATION.endswith("calibration_v5.json")
+    assert DEFAULT_CALIBRATION.endswith("calibration_v6.json")
     cal = load_calibration(data_file(DEFAULT_CALIBRATION))
     assert isinstance(cal, ShapeCalibration)
     defaults = ProductionSettings()
@@ -693,7 +693,31 @@ def test_the_default_gate_is_fitted_under_the_package_defaults() -> None:
     engine = Engine(defaults)  # the real default model files, checked as a search checks them
     assert engine.applies_calibration() and engine.calibration().path == cal.path
     check_calibration(cal, engine.embedding_ref.sha256, defaults.retrieval_part())
-    recorded = json.loads(data_file("engram_eval/production/data/settings_v5.json").read_text())
+    recorded = json.loads(data_file("engram_eval/production/data/settings_v6.json").read_text())
     assert ProductionSettings.from_recorded(recorded).retrieval_part() == defaults.retrieval_part()
+    assert defaults.reranker_model == "engram-ce-minilm-v4" and defaults.rerank_prior == "score"
     for shape in ("chat", "people", "short"):
         assert 0.0 < float(cal.for_shape(shape).cutoff) < 1.0
+
+
+def test_the_former_default_gate_runs_under_its_recorded_settings() -> None:
+    """Calibration v5 (the default before v6) was fitted under engram-ce-minilm-v3 with the
+    rank prior: its settings file reproduces that (a record made before ``rerank_prior``
+    reads 'rank'), it is accepted there and refused under today's defaults, naming the file."""
+    from engram_eval.errors import ConfigError
+    from engram_eval.production.confidence import check_calibration, load_calibration
+    from engram_eval.production.search import Engine
+    from engram_eval.production.settings import (
+        RECORDED_SETTINGS_V5,
+        ProductionSettings,
+        data_file,
+    )
+
+    v5 = ProductionSettings.from_recorded(json.loads(data_file(RECORDED_SETTINGS_V5).read_text()))
+    assert (v5.reranker_model, v5.rerank_prior, v5.fusion_alpha) == ("engram-ce-minilm-v3",
+                                                                     "rank", 0.8)
+    cal = load_calibration(data_file("engram_eval/production/data/calibration_v5.json"))
+    emb = Engine(v5).embedding_ref.sha256
+    check_calibration(cal, emb, v5.retrieval_part())
+    with pytest.raises(ConfigError, match="settings_v5.json"):
+        check_calibration(cal, emb, ProductionSettings().retrieval_part())
