@@ -31,6 +31,9 @@
 #                                     (word-split, default empty) adds rerank options to
 #                                     them, and FIRST_DIR (default DIR) holds the
 #                                     first-stage runs fold{0,1}_none
+#   add_candidate NAME DIR RUN        appends one candidate of choose_rerank.py to CANDS:
+#                                     --candidate NAME DIR/fold0_RUN.jsonl.gz
+#                                     DIR/fold1_RUN.jsonl.gz (its two out-of-fold halves)
 # and the settings every published reranker run shares, defined once here:
 #   FIRST   the first stage of the published rerank runs (torch embeddings, as the held-out
 #           runs they are compared with)
@@ -84,6 +87,10 @@ train_folds() {
       | tail -n 2
     [ -e "$OUT/$name$i.card.json" ] || cp "$SCRATCH/$name$i.card.json" "$OUT/"
   done
+}
+
+add_candidate() {
+  CANDS+=(--candidate "$1" "$2/fold0_$3.jsonl.gz" "$2/fold1_$3.jsonl.gz")
 }
 
 rerank_folds() {

@@ -65,7 +65,7 @@ LME_TUNE=$(part_of "$SCRATCH/lme" tune)
 LME_HELD=$(part_of "$SCRATCH/lme" heldout)
 
 choose() {
-  local a args=()
+  local a
   for a in 0 1; do
     [ -e "$SCRATCH/ce_topm_fold$a" ] || { echo "missing $SCRATCH/ce_topm_fold$a: run" \
       "scripts/publish_topm.sh retrain first" >&2; exit 1; }
@@ -73,15 +73,12 @@ choose() {
   echo "== each half reranked with the score prior by the fold cross-encoder that never saw it"
   CE_NAME=ce_topm_fold RUN_TAG=score_ RERANK_ARGS="--rerank-prior score" FIRST_DIR="$TOPM" \
     rerank_folds "$LME_TUNE" "$TOPM/topm_first_stage.yaml" "$OUT" "" "$DEPTH" "$ALPHAS"
-  args=(--candidate none "$TOPM/fold0_none.jsonl.gz" "$TOPM/fold1_none.jsonl.gz"
-        --candidate "rank_d${DEPTH}_a0.8" "$TOPM/fold0_new_d${DEPTH}_a0.8.jsonl.gz"
-        "$TOPM/fold1_new_d${DEPTH}_a0.8.jsonl.gz")
-  for a in $ALPHAS; do
-    args+=(--candidate "score_d${DEPTH}_a$a" "$OUT/fold0_score_d${DEPTH}_a$a.jsonl.gz"
-           "$OUT/fold1_score_d${DEPTH}_a$a.jsonl.gz")
-  done
+  CANDS=()
+  add_candidate none "$TOPM" none
+  add_candidate "rank_d${DEPTH}_a0.8" "$TOPM" "new_d${DEPTH}_a0.8"
+  for a in $ALPHAS; do add_candidate "score_d${DEPTH}_a$a" "$OUT" "score_d${DEPTH}_a$a"; done
   [ -e "$OUT/prior_choice.json" ] || "$PY" benchmarks/longmemeval/choose_rerank.py \
-    "${args[@]}" --output "$OUT/prior_choice.json" | tail -n 8
+    "${CANDS[@]}" --output "$OUT/prior_choice.json" | tail -n 8
   "$PY" scripts/derived_sidecars.py "$OUT"
 }
 

@@ -218,21 +218,18 @@ retrain() {
   # rerank step, merged), fold cross-encoders with section 6's settings (TRAIN), each half
   # reranked by the one that never saw it at the card's depth and blends 0.8 0.7 0.9; the
   # choice pools none, the shipped family's d20_a0.8 (rerank step) and the retrained family
-  local cand="$SCRATCH/topm_candidates.jsonl" a args
+  local cand="$SCRATCH/topm_candidates.jsonl" a
   merged_candidates "$OUT" "$LME_TUNE" "$cand"
   train_folds "$LME_TUNE" "$cand" ce_topm_fold
   echo "== each half reranked by the retrained fold cross-encoder that never saw it"
   CE_NAME=ce_topm_fold RUN_TAG=new_ rerank_folds "$LME_TUNE" "$OUT/topm_first_stage.yaml" \
     "$OUT" "" "$DEPTH" "${ALPHAS[*]}"
-  args=(--candidate none "$OUT/fold0_none.jsonl.gz" "$OUT/fold1_none.jsonl.gz"
-        --candidate "v2_d${DEPTH}_a0.8" "$OUT/fold0_d${DEPTH}_a0.8.jsonl.gz"
-        "$OUT/fold1_d${DEPTH}_a0.8.jsonl.gz")
-  for a in "${ALPHAS[@]}"; do
-    args+=(--candidate "new_d${DEPTH}_a$a" "$OUT/fold0_new_d${DEPTH}_a$a.jsonl.gz"
-           "$OUT/fold1_new_d${DEPTH}_a$a.jsonl.gz")
-  done
+  CANDS=()
+  add_candidate none "$OUT" none
+  add_candidate "v2_d${DEPTH}_a0.8" "$OUT" "d${DEPTH}_a0.8"
+  for a in "${ALPHAS[@]}"; do add_candidate "new_d${DEPTH}_a$a" "$OUT" "new_d${DEPTH}_a$a"; done
   [ -e "$OUT/topm_retrain_choice.json" ] || "$PY" benchmarks/longmemeval/choose_rerank.py \
-    "${args[@]}" --output "$OUT/topm_retrain_choice.json" | tail -n 12
+    "${CANDS[@]}" --output "$OUT/topm_retrain_choice.json" | tail -n 12
   "$PY" scripts/derived_sidecars.py "$OUT"
 }
 
@@ -341,12 +338,10 @@ absent() {
       "$OUT/fold1_${r}_d${DEPTH}_a0.8.jsonl.gz" --dataset "$LME_TUNE" \
       --output "$OUT/study_$r.json" --plot "$OUT/study_$r.png"
   done
+  CANDS=()
+  for r in none "new_d${DEPTH}_a0.8" "absent_d${DEPTH}_a0.8"; do add_candidate "$r" "$OUT" "$r"; done
   [ -e "$OUT/absent_choice.json" ] || "$PY" benchmarks/longmemeval/choose_rerank.py \
-    --candidate none "$OUT/fold0_none.jsonl.gz" "$OUT/fold1_none.jsonl.gz" \
-    --candidate "new_d${DEPTH}_a0.8" "$OUT/fold0_new_d${DEPTH}_a0.8.jsonl.gz" \
-    "$OUT/fold1_new_d${DEPTH}_a0.8.jsonl.gz" \
-    --candidate "absent_d${DEPTH}_a0.8" "$OUT/fold0_absent_d${DEPTH}_a0.8.jsonl.gz" \
-    "$OUT/fold1_absent_d${DEPTH}_a0.8.jsonl.gz" --output "$OUT/absent_choice.json" | tail -n 6
+    "${CANDS[@]}" --output "$OUT/absent_choice.json" | tail -n 6
   "$PY" scripts/derived_sidecars.py "$OUT"
 }
 

@@ -112,12 +112,12 @@ def test_an_unanswerable_question_gives_an_all_negative_group_when_asked() -> No
         TrainSettings(unanswerable_negatives=-1)
 
 
-def _turn_state(alpha: float) -> P.QuestionState:
+def _turn_state(alpha: float, prior: str = "rank") -> P.QuestionState:
     q = hand_question()
     settings = RetrievalSettings(use_dense=False, use_dense_rocchio=False, use_bm25_assistant=False,
                                  use_bm25_turn=False, weight_bm25_user=1.0, temporal=False,
                                  rerank=True, rerank_unit="turn", fusion_alpha=alpha,
-                                 rerank_candidates=3, preserve_prior=False)
+                                 rerank_candidates=3, preserve_prior=False, rerank_prior=prior)
     corpus = P.build_corpus(q.sessions, settings)
     raw_of = {"hello there": -2.0, "my puppy is a border collie": 3.0,
               "the weather today": -1.0, "what breed is a good puppy for flats": 1.0,
@@ -130,10 +130,12 @@ def _turn_state(alpha: float) -> P.QuestionState:
                           score_pairs=score_pairs)
 
 
+@pytest.mark.parametrize("prior_rule", ["rank", "score"])
 @pytest.mark.parametrize("alpha", [0.0, 0.3, 0.5])
-def test_turn_level_scores_and_blend_by_hand(alpha: float) -> None:
-    st = _turn_state(alpha)
+def test_turn_level_scores_and_blend_by_hand(alpha: float, prior_rule: str) -> None:
+    st = _turn_state(alpha, prior_rule)
     cands = st.fused_order[:3]
+    lo, hi = min(st.fused[i] for i in cands), max(st.fused[i] for i in cands)
     best = {"g": (3.0, 2), "n1": (1.0, 2), "n2": (-3.0, 0), "n3": (2.0, 1), "n4": (None, None)}
 
     def sig(x: float) -> float:
@@ -145,7 +147,8 @@ def test_turn_level_scores_and_blend_by_hand(alpha: float) -> None:
         assert raw is not None
         assert st.traces[i]["rerank_turn"] == turn
         assert st.raw[i] == raw
-        prior = 1.0 - (rank - 1) / 3
+        prior = 1.0 - (rank - 1) / 3 if prior_rule == "rank" else (st.fused[i] - lo) / (hi - lo)
+        assert st.traces[i]["prior"] == pytest.approx(prior, abs=1e-12)
         assert st.final[i] == pytest.approx((1 - alpha) * sig(raw) + alpha * prior, abs=1e-12)
     # reranked first, by their blended score; the rest below every reranked one
     assert st.order[:3] == sorted(cands, key=lambda i: -st.final[i])

@@ -52,8 +52,13 @@ def test_fit_runs_people_then_calibrates_on_the_given_chat_runs(tmp_path: Path) 
     assert len(cal) == 1
     assert ("--run lme_tune=r/f0.jsonl.gz --run lme_tune=r/f1.jsonl.gz "
             "--run-data lme_tune=S/lme/l.tune.json ") in cal[0]
-    assert cal[0].endswith("--output cal/calibration_v9.json --settings-output "
-                           "cal/settings_v9.json --report o/calibration_v9.report.json")
+    assert cal[0].startswith("engram-eval production calibrate-sessions --per-shape "
+                             "--feature-set v4 --run ")
+    assert cal[0].endswith("--no-excerpt-retry --cache-dir c --mapping platt --calibrate-on top "
+                           "--folds 5 --C 1.0 --target-precision 0.9 --shape-target people=0.7 "
+                           "--min-returned 20 --output cal/calibration_v9.json "
+                           "--settings-output cal/settings_v9.json "
+                           "--report o/calibration_v9.report.json")
     assert calls[-1] == "python scripts/derived_sidecars.py o"
 
 

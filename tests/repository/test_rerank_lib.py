@@ -99,6 +99,21 @@ def test_an_empty_choice_runs_every_fold_and_chooses_nothing(tmp_path: Path) -> 
     assert not [c for c in calls if c.startswith("python ")]
 
 
+def test_add_candidate_appends_both_halves_of_one_run() -> None:
+    """add_candidate NAME DIR RUN: the choose_rerank.py arguments of one candidate, appended
+    to CANDS (publish_prior.sh choose, publish_topm.sh retrain and absent)."""
+    if shutil.which("bash") is None:
+        pytest.skip("bash not available")
+    script = (f'set -euo pipefail\nsource "{ROOT}/scripts/_rerank_lib.sh"\nCANDS=()\n'
+              'add_candidate none t none\nadd_candidate "s a" o score_d20_a0.6\n'
+              'printf "%s\\n" "${CANDS[@]}"\n')
+    p = subprocess.run(["bash", "-c", script], text=True, capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == [
+        "--candidate", "none", "t/fold0_none.jsonl.gz", "t/fold1_none.jsonl.gz",
+        "--candidate", "s a", "o/fold0_score_d20_a0.6.jsonl.gz", "o/fold1_score_d20_a0.6.jsonl.gz"]
+
+
 def test_train_folds_leaves_each_half_out_and_copies_each_card(tmp_path: Path) -> None:
     """train_folds: $SCRATCH/NAME{0,1}, each trained with TRAIN and the extra options without
     the half `run --shard I/2` selects, each card copied to $OUT; a model or card already
