@@ -118,6 +118,9 @@ def publishing_commit(path: Path) -> str | None:
 #: (PROVENANCE.md states both).
 RERUN_QUESTIONS = 3
 RERUN_SEED = 0
+#: What ``verify`` adds to a failed re-execution of an int8-reranked run made on a CPU with
+#: other vector instructions (``engram_eval.runs.verify._int8_cpu_note``).
+CROSS_CPU_NOTE = "re-check on a CPU with the run's"
 
 
 def check_verifies(result: Path, dataset: Path | None = None,
@@ -127,11 +130,19 @@ def check_verifies(result: Path, dataset: Path | None = None,
     commit) the recorded sources must equal that commit's; without it, the installed-package
     source check may fail (staleness) and nothing else. ``rerun`` K > 0 (needs the dataset):
     K questions sampled with :data:`RERUN_SEED` are re-executed by today's code and must give
-    the recorded rankings and scores."""
+    the recorded rankings and scores; when that re-execution is the only failure and the run
+    reranked with an int8 cross-encoder on a CPU with other vector instructions than this
+    one's (``verify`` then says so), the run cannot be judged here and is skipped with
+    verify's words (every other check still had to pass)."""
+    import pytest
+
     report = verify(result, dataset, sources_at=sources_at, rerun=rerun,
                     rerun_seed=RERUN_SEED if rerun else None)
     failed = [(n, d) for n, status, d in report.checks
               if status == FAIL and (sources_at is not None or n != STALENESS)]
+    if (rerun and len(failed) == 1 and failed[0][0].startswith("rerun ")
+            and CROSS_CPU_NOTE in failed[0][1]):
+        pytest.skip(f"{result.name}: {failed[0][1]}")
     assert not failed, failed
     if dataset is not None:
         assert not report.not_checked, report.format()
