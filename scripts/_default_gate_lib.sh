@@ -29,11 +29,13 @@
 #      but train_short (dev, holdout, validation_v2, validation_v3, validation_v4); all
 #      regression checks by the ledger.
 
-# Calibration v4's fit settings (PROVENANCE.md section 17), kept by every later default gate:
-# Platt on each question's top candidate, GroupKFold(5), C 1, cut-off target 0.9 of returned
-# top results right (people 0.7), at least 20 questions returning.
-V4_FIT=(--per-shape --feature-set v4 --mapping platt --calibrate-on top --folds 5 --C 1.0
-        --target-precision 0.9 --shape-target people=0.7 --min-returned 20)
+# Calibration v4's model and fit settings (PROVENANCE.md section 17), kept by every later
+# default gate: one model per memory shape on feature set v4 (V4_MODEL); Platt on each
+# question's top candidate, GroupKFold(5), C 1, cut-off target 0.9 of returned top results
+# right (people 0.7), at least 20 questions returning (V4_FIT).
+V4_MODEL=(--per-shape --feature-set v4)
+V4_FIT=(--mapping platt --calibrate-on top --folds 5 --C 1.0 --target-precision 0.9
+        --shape-target people=0.7 --min-returned 20)
 
 default_gate() {
   local phase="$1" report n
@@ -83,12 +85,12 @@ default_gate() {
   run_to "$loc_tune" "$OUT/locomo_tune_default.jsonl"
 
   echo "== 3. $(basename "${CAL%.json}") per memory shape (tuning data only)"
-  "$E" production calibrate-sessions "${V4_FIT[@]:0:3}" \
+  "$E" production calibrate-sessions "${V4_MODEL[@]}" \
     --run lme_tune="${CHAT_RUNS[0]}" --run lme_tune="${CHAT_RUNS[1]}" \
     --run-data lme_tune="$lme_tune" \
     --run locomo_tune="$OUT/locomo_tune_default.jsonl.gz" --run-data locomo_tune="$loc_tune" \
     --fixture train_short=fixtures/production/train_short.json \
-    --no-excerpt-retry --cache-dir "$CACHE" "${V4_FIT[@]:3}" \
+    --no-excerpt-retry --cache-dir "$CACHE" "${V4_FIT[@]}" \
     --output "$CAL" --settings-output "$SETTINGS" --report "$report.json"
 
   echo "== 4. sidecars"

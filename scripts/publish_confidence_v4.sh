@@ -58,7 +58,7 @@ SETTINGS=engram_eval/production/data/settings_v4.json
 # shellcheck source=scripts/_publish_lib.sh
 source "$(dirname "$0")/_publish_lib.sh"  # ENGRAM_EVAL (E), PUBLISH_PYTHON (PY)
 # shellcheck source=scripts/_default_gate_lib.sh
-source "$(dirname "$0")/_default_gate_lib.sh"  # V4_FIT
+source "$(dirname "$0")/_default_gate_lib.sh"  # V4_MODEL, V4_FIT
 MEASURED=(heldout_lme heldout_locomo validation_v4 validation_v3)
 if [ "$PHASE" = fit ]; then
   refuse_existing "$CAL" "$SETTINGS" "$OUT/calibration_v4.report.json" \
@@ -102,13 +102,13 @@ fi
 echo "== 2. calibration v4 per memory shape (tuning data only)"
 FITTED_UNDER="$SCRATCH/settings_v4.fitted_under.json"
 git show "HEAD:$SETTINGS" > "$FITTED_UNDER"
-"$E" production calibrate-sessions "${V4_FIT[@]:0:3}" --settings "$FITTED_UNDER" \
+"$E" production calibrate-sessions "${V4_MODEL[@]}" --settings "$FITTED_UNDER" \
   --run lme_tune=results/lexical/fold0_d20_a0.8.jsonl.gz \
   --run lme_tune=results/lexical/fold1_d20_a0.8.jsonl.gz --run-data lme_tune="$LME_TUNE" \
   --run locomo_tune=results/confidence_study/locomo_tune_default.jsonl.gz \
   --run-data locomo_tune="$LOC_TUNE" \
   --fixture train_short=fixtures/production/train_short.json \
-  --no-excerpt-retry --cache-dir "$CACHE" "${V4_FIT[@]:3}" \
+  --no-excerpt-retry --cache-dir "$CACHE" "${V4_FIT[@]}" \
   --output "$CAL" --settings-output "$SETTINGS" --report "$OUT/calibration_v4.report.json"
 
 echo "== 3. sidecars"

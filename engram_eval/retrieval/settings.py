@@ -62,9 +62,6 @@ GENERIC_RERANK: dict[str, Any] = {"reranker_backend": "sentence_transformers",
                                   "reranker_precision": "fp32", "rerank_unit": "passage",
                                   "rerank_max_length": 512, "rerank_candidates": 35,
                                   "fusion_alpha": 0.0, "rerank_prior": "rank"}
-#: Card fields added after settings cards were written, with the value a card that lacks one
-#: was chosen under (engram-ce-minilm-v1 to -v3 and any card written before the field).
-CARD_LEGACY: dict[str, Any] = {"rerank_prior": "rank"}
 
 #: The default ``people_overrides``: chosen by ``engram-eval tune`` on the LoCoMo10 tune
 #: conversations beside the LongMemEval tune part and run once on the held-out conversations
@@ -494,8 +491,10 @@ def apply_model_card(settings: RetrievalSettings, card: Mapping[str, Any] | None
     win); ``label`` names the card in the origins (e.g. ``card:engram-ce-minilm-v1``).
 
     Without a rerank anywhere nothing changes. Otherwise each of :data:`CARD_FIELDS` not given
-    explicitly takes the card's value, or, for a model without a card, the generic rule
-    (:data:`GENERIC_RERANK`); the card's ``people_overrides`` (e.g. ``{"rerank": false}``:
+    explicitly takes the card's value; a card that lacks a field of :data:`LEGACY_VALUES` was
+    written before the field existed and takes its legacy value (``rerank_prior`` 'rank' for
+    engram-ce-minilm-v1 to -v3); a model without a card gets the generic rule
+    (:data:`GENERIC_RERANK`). The card's ``people_overrides`` (e.g. ``{"rerank": false}``:
     people's chats not reranked) are merged into the current ones; where ``people_overrides``
     was given, the card's keys it does not name are added to it (the given keys win)."""
     if not settings.reranks_any():
@@ -509,8 +508,8 @@ def apply_model_card(settings: RetrievalSettings, card: Mapping[str, Any] | None
         elif name in card:
             changes[name] = card[name]
             origins[name] = label
-        elif card and name in CARD_LEGACY:
-            changes[name] = CARD_LEGACY[name]
+        elif card and name in LEGACY_VALUES:
+            changes[name] = LEGACY_VALUES[name]
             origins[name] = f"{label} (chosen before the field existed)"
         else:
             changes[name] = GENERIC_RERANK[name]

@@ -5,25 +5,15 @@ arguments."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from shell_fakes import logged_calls
 
 ROOT = Path(__file__).resolve().parents[2]
-LOG = """#!/bin/sh
-echo "$(basename "$0") $*" >> "$CALLS"
-"""
 
 
 def _default_gate(tmp_path: Path, phase: str) -> list[str]:
-    if shutil.which("bash") is None:
-        pytest.skip("bash not available")
-    for name in ("engram-eval", "python"):
-        (tmp_path / name).write_text(LOG)
-        (tmp_path / name).chmod(0o755)
     for part in ("lme/l.tune.json", "lme/l.heldout.json", "loc/c.tune.json",
                  "loc/c.heldout.json"):
         (tmp_path / "S" / part).parent.mkdir(parents=True, exist_ok=True)
@@ -37,10 +27,7 @@ def _default_gate(tmp_path: Path, phase: str) -> list[str]:
               'SETTINGS=cal/settings_v9.json CHAT_RUNS=(r/f0.jsonl.gz r/f1.jsonl.gz) '
               'HELD_CHAT_RUN=r/held.jsonl.gz COMMON=(--cache-dir c)\n'
               f'default_gate {phase}\n')
-    p = subprocess.run(["bash", "-c", script], cwd=tmp_path, text=True, capture_output=True,
-                       env={**os.environ, "CALLS": str(tmp_path / "calls")}, timeout=60)
-    assert p.returncode == 0, p.stderr
-    return (tmp_path / "calls").read_text().splitlines()
+    return logged_calls(tmp_path, script)
 
 
 def test_fit_runs_people_then_calibrates_on_the_given_chat_runs(tmp_path: Path) -> None:

@@ -11,27 +11,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from shell_fakes import logged_calls
 
 ROOT = Path(__file__).resolve().parents[2]
-LOG = """#!/bin/sh
-echo "$(basename "$0") $*" >> "$CALLS"
-"""
 
 
 def _rerank_folds(tmp_path: Path, depths: str, alphas: str, prefix: str = "",
                   choice: str = "o/choice.json") -> list[str]:
-    if shutil.which("bash") is None:
-        pytest.skip("bash not available")
-    for name in ("engram-eval", "python"):
-        (tmp_path / name).write_text(LOG)
-        (tmp_path / name).chmod(0o755)
     script = (f'set -euo pipefail\nE="{tmp_path}/engram-eval" PY="{tmp_path}/python" '
               f'SCRATCH=S COMMON=(--cache-dir c)\nsource "{ROOT}/scripts/_rerank_lib.sh"\n'
               f'{prefix}rerank_folds tune.json cfg.yaml o "{choice}" "{depths}" "{alphas}"\n')
-    p = subprocess.run(["bash", "-c", script], cwd=tmp_path, text=True, capture_output=True,
-                       env={**os.environ, "CALLS": str(tmp_path / "calls")}, timeout=60)
-    assert p.returncode == 0, p.stderr
-    return (tmp_path / "calls").read_text().splitlines()
+    return logged_calls(tmp_path, script)
 
 
 def test_first_stage_halves_then_every_depth_and_blend_then_the_choice(tmp_path: Path) -> None:

@@ -144,9 +144,9 @@ def test_a_card_written_before_a_field_gets_the_value_it_was_chosen_under(
         shipped: Path, damaged: Path) -> None:
     """CHOSEN (like engram-ce-minilm-v1 to -v3) predates ``rerank_prior``: it was chosen with
     the rank prior, whatever the package default; a card that names the field applies it."""
-    from engram_eval.retrieval.settings import CARD_LEGACY
+    from engram_eval.retrieval.settings import LEGACY_VALUES
 
-    assert "rerank_prior" not in CHOSEN and CARD_LEGACY["rerank_prior"] == "rank"
+    assert "rerank_prior" not in CHOSEN and LEGACY_VALUES["rerank_prior"] == "rank"
     for default in ("rank", "score"):
         config = resolve_model_settings(
             RunConfig(rerank=True, reranker_model=NAME, rerank_prior=default),
