@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +64,7 @@ def ship_settings_version(base: str, output: str | Path, *, name: str, version: 
     source model, training card and file hashes (checked on every use against ``base``'s
     files, so the weights are exactly those), and its own ``settings`` and ``chosen_by``.
     ``base`` keeps its card, so runs made with it still re-execute."""
-    from engram_eval.retrieval.models import CARD_FILE, SHIPPED_ROOT, read_card, resolve_model
+    from engram_eval.retrieval.models import SHIPPED_ROOT, read_card, resolve_model
 
     out = Path(output)
     _check_new(out, settings)
@@ -77,34 +77,47 @@ def ship_settings_version(base: str, output: str | Path, *, name: str, version: 
     card: dict[str, Any] = {k: b[k] for k in kept if k in b}
     card.update({"name": name, "version": version, "weights_from": base,
                  "settings": dict(settings), "settings_chosen_by": chosen_by})
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    tmp.chmod(0o755)
-    try:
-        atomic_write(tmp / CARD_FILE, json.dumps(card, indent=2, sort_keys=True) + "\n")
-        (tmp / CARD_FILE).chmod(0o644)
-        tmp.rename(out)
-    finally:  # our temporary directory (already renamed into place: nothing to do)
-        remove_contained(tmp, out.parent)
-    return card
+    return write_model_dir(out, lambda _tmp: card)
 
 
 def ship(model_dir: str | Path, training_card: str | Path, output: str | Path, *, name: str,
          version: str, settings: Mapping[str, Any], chosen_by: str,
          precision: str = "int8") -> dict[str, Any]:
     """See the module docstring; returns the card written to ``output/card.json``."""
-    from engram_eval.retrieval.models import (
-        CARD_FILE,
-        SHIPPED_CARD_KIND,
-        hash_model_dir,
-        resolve_model,
-    )
-    from engram_eval.retrieval.onnx_export import _quantize, export_reranker_onnx, recipe
+    from engram_eval.retrieval.models import SHIPPED_CARD_KIND, hash_model_dir
+    from engram_eval.retrieval.onnx_export import export_reranker_onnx
 
     out = Path(output)
     _check_new(out, settings)
+    source, train_card = check_trained_files(model_dir, training_card, "reranker")
+    with tempfile.TemporaryDirectory(prefix="engram-ship-") as scratch:
+        exported = Path(export_reranker_onnx(source, "fp32", scratch).path)
+
+        def fill(tmp: Path) -> dict[str, Any]:
+            form = write_onnx_files(exported, tmp, precision, "reranker")
+            shutil.copyfile(Path(source.path) / "config.json", tmp / "config.json")
+            files, _ = hash_model_dir(tmp)
+            return {
+                "kind": SHIPPED_CARD_KIND, "name": name, "version": version,
+                "role": "reranker", "form": form,
+                "source_model": source.to_json(with_path=False),
+                "training_card": train_card,
+                "settings": dict(settings), "settings_chosen_by": chosen_by,
+                "files": files,
+            }
+
+        return write_model_dir(out, fill)
+
+
+def check_trained_files(model_dir: str | Path, training_card: str | Path, role: str
+                        ) -> tuple[Any, dict[str, Any]]:
+    """(the resolved model, its training card) after checking that the directory holds
+    exactly the files the training card hashed, so the shipped model is the one the card
+    describes."""
+    from engram_eval.retrieval.models import resolve_model
+
     train_card = read_json_document(Path(training_card))
-    source = resolve_model(str(model_dir), "reranker")
+    source = resolve_model(str(model_dir), role)
     trained = {k: v for k, v in (train_card.get("output_files") or {}).items()
                if k != "README.md"}  # sentence-transformers' README states the wall time
     hashed = {k: v for k, v in source.files_sha256.items() if k in trained}
@@ -112,40 +125,45 @@ def ship(model_dir: str | Path, training_card: str | Path, output: str | Path, *
         differ = sorted(k for k in set(trained) | set(hashed) if trained.get(k) != hashed.get(k))
         raise ProvenanceError(f"{model_dir}: its files are not the ones {training_card} "
                               f"hashed (differing: {', '.join(differ[:5]) or 'none listed'})")
-    with tempfile.TemporaryDirectory(prefix="engram-ship-") as scratch:
-        exported = Path(export_reranker_onnx(source, "fp32", scratch).path)
-        export_info = read_json_document(exported / "export.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-        tmp.chmod(0o755)  # package data: readable by every user
-        try:
-            if precision == "int8":
-                _quantize(exported / "model.onnx", tmp / "model.onnx", SHIPPED_INT8_SCHEME,
-                          SHIPPED_INT8_OPS)
-                rec = recipe("int8", SHIPPED_INT8_SCHEME, "reranker")
-                rec["quantization"]["op_types"] = list(SHIPPED_INT8_OPS)
-                export_info["recipe"] = rec
-            else:
-                shutil.copyfile(exported / "model.onnx", tmp / "model.onnx")
-            shutil.copyfile(exported / "tokenizer.json", tmp / "tokenizer.json")
-            shutil.copyfile(Path(source.path) / "config.json", tmp / "config.json")
-            atomic_write(tmp / "export.json",
-                         json.dumps(export_info, indent=2, sort_keys=True) + "\n")
-            files, _ = hash_model_dir(tmp)
-            card = {
-                "kind": SHIPPED_CARD_KIND, "name": name, "version": version,
-                "role": "reranker",
-                "form": {"format": "onnx", "precision": precision,
-                         "recipe": export_info.get("recipe")},
-                "source_model": source.to_json(with_path=False),
-                "training_card": train_card,
-                "settings": dict(settings), "settings_chosen_by": chosen_by,
-                "files": files,
-            }
-            atomic_write(tmp / CARD_FILE, json.dumps(card, indent=2, sort_keys=True) + "\n")
-            for f in tmp.iterdir():
-                f.chmod(0o644)  # package data: readable by every user
-            tmp.rename(out)
-        finally:
-            remove_contained(tmp, out.parent)
+    return source, train_card
+
+
+def write_onnx_files(exported: Path, tmp: Path, precision: str, task: str) -> dict[str, Any]:
+    """Copy an fp32 export (``model.onnx``, ``tokenizer.json``, ``export.json``) into ``tmp``
+    at the stored ``precision`` (int8: :data:`SHIPPED_INT8_SCHEME` over
+    :data:`SHIPPED_INT8_OPS`); returns the card's ``form``."""
+    from engram_eval.retrieval.onnx_export import _quantize, recipe
+
+    export_info = read_json_document(exported / "export.json")
+    if precision == "int8":
+        _quantize(exported / "model.onnx", tmp / "model.onnx", SHIPPED_INT8_SCHEME,
+                  SHIPPED_INT8_OPS)
+        rec = recipe("int8", SHIPPED_INT8_SCHEME, task)
+        rec["quantization"]["op_types"] = list(SHIPPED_INT8_OPS)
+        export_info["recipe"] = rec
+    else:
+        shutil.copyfile(exported / "model.onnx", tmp / "model.onnx")
+    shutil.copyfile(exported / "tokenizer.json", tmp / "tokenizer.json")
+    atomic_write(tmp / "export.json", json.dumps(export_info, indent=2, sort_keys=True) + "\n")
+    return {"format": "onnx", "precision": precision, "recipe": export_info.get("recipe")}
+
+
+def write_model_dir(out: Path, fill: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """Create the shipped model directory ``out`` whole or not at all: a temporary sibling
+    directory is filled by ``fill`` (which writes the model files and returns the card), the
+    card is written into it, every file made readable by all users (package data), and the
+    directory renamed into place. Returns the card."""
+    from engram_eval.retrieval.models import CARD_FILE
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    tmp.chmod(0o755)
+    try:
+        card = fill(tmp)
+        atomic_write(tmp / CARD_FILE, json.dumps(card, indent=2, sort_keys=True) + "\n")
+        for f in tmp.iterdir():
+            f.chmod(0o644)
+        tmp.rename(out)
+    finally:  # our temporary directory (already renamed into place: nothing to do)
+        remove_contained(tmp, out.parent)
     return card

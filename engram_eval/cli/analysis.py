@@ -304,6 +304,73 @@ def cmd_train_reranker(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Help text of each ``train-encoder`` flag (one per :class:`EncoderTrainSettings` field).
+ENCODER_HELP = {
+    "base_model": "base bi-encoder: name (bundled, shipped or HF cache) or path",
+    "loss": "training loss: mnrl (MultipleNegativesRankingLoss: in-batch + hard negatives)",
+    "max_seq_length": "tokens of a question or a turn while training",
+    "hard_negatives": "negative columns per triplet: the most question-like turn of each of "
+                      "the run's first non-gold sessions (seeded random turns fill the rest)",
+    "negative_depth": "depth of the run's ranking searched for hard negatives",
+    "unmarked_positives": "positives of a question whose answer sessions mark no evidence "
+                          "turn: their most question-like user turns",
+    "epochs": "training epochs", "batch_size": "batch size (in-batch negatives)",
+    "learning_rate": "learning rate", "warmup_ratio": "warm-up share",
+    "max_steps": "stop after this many steps (0: the epochs decide)",
+    "time_budget_s": "stop after this many seconds (0: no budget)",
+    "seed": "seed of the data order, the random negatives and the weights' updates",
+    "exclude_fold": "I/N: leave out the questions whose fold unit (the id before ':', a LoCoMo "
+                    "conversation) falls in fold I of N ('': none)",
+    "max_questions": "at most this many questions of each part give triplets, in a fixed "
+                     "order by sha256(seed:question_id) (0: all)",
+}
+
+
+def add_train_encoder(sub: Any) -> None:
+    import dataclasses
+
+    from engram_eval.analysis.train_encoder import EncoderTrainSettings
+
+    d = EncoderTrainSettings()
+    tr = sub.add_parser("train-encoder", help="fine-tune the dense encoder on tuning parts "
+                        "from runs' candidates (writes DIR and DIR.card.json; refuses a "
+                        "held-out part)")
+    tr.add_argument("part", help="dataset part to train on (a tuning part: never held-out)")
+    tr.add_argument("--run", required=True, help="a finished run on that part (its rankings "
+                    "give the hard negatives)")
+    tr.add_argument("--also", nargs=2, action="append", default=[], metavar=("PART", "RUN"),
+                    help="another tuning part and its run, trained into the same model (for "
+                    "example the tune parts of two datasets); repeatable")
+    tr.add_argument("--output", required=True, help="model directory to write (must not "
+                    "exist); the card goes to OUTPUT.card.json")
+    assert set(ENCODER_HELP) == {f.name for f in dataclasses.fields(d)}
+    for f in dataclasses.fields(d):
+        value = getattr(d, f.name)
+        tr.add_argument("--" + f.name.replace("_", "-"), type=type(value), default=value,
+                        help=f"{ENCODER_HELP[f.name]} (default {value!r})")
+
+
+def cmd_train_encoder(args: argparse.Namespace) -> int:
+    import sys
+
+    from engram_eval.analysis.train_encoder import EncoderTrainSettings, train_encoder
+
+    def progress(message: str) -> None:  # a plain line per ~5% of the steps (stderr)
+        print(message, file=sys.stderr, flush=True)
+
+    fields = {k: getattr(args, k) for k in EncoderTrainSettings.__dataclass_fields__}
+    card = train_encoder(args.part, args.run, args.output, EncoderTrainSettings(**fields),
+                         log=progress, also=[tuple(x) for x in args.also])
+    tc = card["triplets"]
+    print(f"{tc['triplets']} triplets ({tc['marked']} marked, {tc['unmarked']} unmarked "
+          f"positives; {tc['hard_negatives']} hard, {tc['random_negatives']} random negatives) "
+          f"from {tc['questions_used']} questions; skipped {tc['questions_skipped']}")
+    print(f"{card['training']['steps']} steps in {card['wall_seconds']} s; wrote "
+          f"{args.output} and {args.output}.card.json")
+    print(f"use: engram-eval {card['usage']}")
+    return 0
+
+
 def add_confidence_study(sub: Any) -> None:
     from engram_eval.production_eval.confidence_study import StudySettings
 
@@ -359,4 +426,5 @@ def cmd_confidence_study(args: argparse.Namespace) -> int:
 COMMANDS = {"compare": (add_compare, cmd_compare), "plot": (add_plot, cmd_plot),
             "analyze": (add_analyze, cmd_analyze), "tune": (add_tune, cmd_tune),
             "train-reranker": (add_train_reranker, cmd_train_reranker),
+            "train-encoder": (add_train_encoder, cmd_train_encoder),
             "confidence-study": (add_confidence_study, cmd_confidence_study)}

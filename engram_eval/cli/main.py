@@ -17,14 +17,14 @@ from engram_eval.retrieval.models import set_offline_env
 
 # The commands live in one module per group: cli.runs (run, merge, compress), cli.audit
 # (verify, score, export, trec), cli.analysis (compare, analyze, plot, tune, train-reranker,
-# confidence-study), cli.data (split, make-stress), cli.qa (export-context, answer, judge),
+# train-encoder, confidence-study), cli.data (split, make-stress), cli.qa (export-context, answer, judge),
 # cli.report (report), cli.production (production store|search|run|calibrate|sweep|...). Each exposes
 # COMMANDS = {name: (add_parser, handler)}.
 Command = tuple[Callable[[Any], None], Callable[[argparse.Namespace], int]]
 
 #: The subcommands in the order ``engram-eval --help`` lists them.
 ORDER = ("run", "verify", "score", "export", "compress", "split", "compare", "plot", "analyze",
-         "trec", "make-stress", "merge", "tune", "train-reranker", "confidence-study",
+         "trec", "make-stress", "merge", "tune", "train-reranker", "train-encoder", "confidence-study",
          "export-context", "answer", "judge", "report", "production")
 
 

@@ -251,9 +251,11 @@ def make_embedder(backend: str, ref: ModelRef, precision: str, batch_size: int,
     if backend == "flag_embedding":
         return FlagEmbeddingEmbedder(ref, precision, batch_size)
     if backend == "onnx":
-        if onnx_ref is None:
-            from engram_eval.retrieval.onnx_export import export_onnx
+        from engram_eval.retrieval.onnx_export import export_onnx, preexported_precision
 
+        if onnx_ref is None and preexported_precision(ref) is not None:
+            onnx_ref = ref  # a shipped encoder: already the graph (checked by its card)
+        if onnx_ref is None:
             onnx_ref = export_onnx(ref, precision)
         return OnnxEmbedder(onnx_ref, precision, batch_size, source=ref)
     raise ValueError(f"unknown embedding backend {backend!r}")

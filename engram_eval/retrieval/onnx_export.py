@@ -366,7 +366,18 @@ def export_reranker_onnx(source: ModelRef, precision: str = "fp32",
 def prepare_embedding_backend(backend: str, source: ModelRef | None, precision: str,
                               cache_root: str | Path | None = None) -> ModelRef | None:
     """Check backend/precision and, for ``onnx``, export (or find) the model *before* a run's
-    provenance is assembled, so the exported file's hash is recorded. None otherwise."""
+    provenance is assembled, so the exported file's hash is recorded. None otherwise, and
+    for a model that already is an ONNX graph (a shipped encoder,
+    :func:`preexported_precision`): it needs the ``onnx`` backend at its own precision and
+    is recorded as itself."""
+    stored = preexported_precision(source) if source is not None else None
+    if stored is not None and source is not None:  # a shipped encoder: its graph as it is
+        if backend != "onnx" or precision != stored:
+            raise ConfigError(f"embedding model {source.name!r} is stored as an ONNX {stored} "
+                              f"graph: it runs with --embedding-backend onnx "
+                              f"--embedding-precision {stored} only (asked: {backend}, "
+                              f"{precision})")
+        return None
     if precision == "int8" and backend != "onnx":
         raise ConfigError("config field embedding_precision=int8 needs embedding_backend=onnx "
                           "(dynamic int8 quantisation)")

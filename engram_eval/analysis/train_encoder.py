@@ -1,0 +1,439 @@
+"""``engram-eval train-encoder``: contrastive fine-tuning of the dense encoder on tuning parts.
+
+``train-encoder PART --run RUN [--also PART RUN ...] --output DIR`` builds (question, evidence
+turn, hard negative) triplets from each tuning part and a finished run's rankings on it,
+fine-tunes the bi-encoder (default: the bundled all-MiniLM-L6-v2) with sentence-transformers'
+``SentenceTransformerTrainer`` and ``MultipleNegativesRankingLoss`` (in-batch negatives plus the
+mined hard negatives; batches never hold the same text twice), and writes the
+sentence-transformers model directory ``DIR`` plus its card ``DIR.card.json``. The result is
+used like any embedding model (``run --embedding-model DIR``) and can be shipped
+(``scripts/ship_encoder.py``).
+
+Triplets (deterministic: the same parts, runs and settings give the same triplets, in order):
+
+* **Anchor**: the question text.
+* **Positives**: the question's evidence turns in its gold sessions, as the dense signal embeds
+  them (the turn's text): LongMemEval's ``has_answer`` turns (assistant turns too: the
+  single-session-assistant questions keep their evidence there), and where no turn of the
+  answer sessions is marked, the answer sessions' ``unmarked_positives`` user turns most like
+  the question; LoCoMo's resolved evidence ``dia_id`` turns. A question without any (an
+  abstention) gives no triplet and is counted in the card.
+* **Hard negatives** (``hard_negatives`` per triplet): for the first non-gold sessions of the
+  run's ranking (within ``negative_depth``), each session's turn most like the question (the
+  turn most likely to fool the model, as ``train-reranker`` mines them); when the ranking
+  holds too few, seeded random non-gold turns fill the columns (kind ``random`` in the counts).
+
+Folds (``exclude_fold`` ``I/N``): a question is left out when the sha256 of its *fold unit*
+modulo N is I; the unit is the question id's part before ``:`` (LoCoMo: the conversation, so a
+fold never trains on a conversation it is then scored on; LongMemEval: the question itself,
+the rule ``run --shard I/N`` selects by).
+
+The output directory is written under a staging name beside it (``.DIR.partial``) and renamed
+into place when training has finished; the card is written last. A kill leaves at most the
+staging directory, which the next call removes before it starts, so re-running the same
+command is always safe; a finished output (directory or card) is never overwritten, and a
+directory without its card (killed between the two renames) is named as such.
+
+The card records every part (path, sha256, split-manifest hash and part name from its marker,
+the run's fingerprint and rows hash, triplet counts, the ids of the questions trained on), the
+base model (name, files sha256), every setting, the triplet counts and the sha256 of the
+triplet list, the loss curve, steps, wall time, package versions and the sha256 of every output
+file. Training is deterministic under ``seed`` on one machine and library versions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from engram_eval.analysis.train_reranker import _capped, _most_question_like, _package_versions
+from engram_eval.data.records import Question, Session, has_chat_roles, user_turns
+from engram_eval.errors import ConfigError, ProvenanceError
+from engram_eval.io import atomic_write, refuse_links, remove_contained, sha256_file
+
+CARD_KIND = "engram-eval/encoder-card"
+LOSSES = ("mnrl",)
+
+
+@dataclass(frozen=True)
+class EncoderTrainSettings:
+    """Every setting of ``train-encoder`` (recorded in the card; CLI flags are made from it)."""
+
+    base_model: str = "all-MiniLM-L6-v2"  # the bundled MiniLM the dense signal uses by default
+    loss: str = "mnrl"             # MultipleNegativesRankingLoss (in-batch + hard negatives)
+    max_seq_length: int = 128      # tokens of a question or a turn while training
+    hard_negatives: int = 1        # negative columns per triplet (mined from the run)
+    negative_depth: int = 20       # how deep in the run's ranking hard negatives are taken
+    unmarked_positives: int = 2    # positives of a question whose answer sessions mark no turn
+    epochs: int = 2
+    batch_size: int = 32
+    learning_rate: float = 2e-5
+    warmup_ratio: float = 0.1
+    max_steps: int = 0             # 0: the epochs decide
+    time_budget_s: float = 0.0     # 0: none; else training stops after this many seconds
+    seed: int = 0
+    #: "I/N": leave out the questions whose fold unit (the id's part before ':') falls in
+    #: fold I of N (module docstring); "" trains on the whole parts
+    exclude_fold: str = ""
+    #: at most this many questions of each part give triplets (0: all), chosen by the order
+    #: of sha256("seed:question_id")
+    max_questions: int = 0
+
+    def __post_init__(self) -> None:
+        if self.loss not in LOSSES:
+            raise ConfigError(f"train-encoder: loss={self.loss!r}; one of {list(LOSSES)}")
+        if self.exclude_fold:
+            parse_fold(self.exclude_fold)
+        checks = [("max_seq_length", 16 <= self.max_seq_length <= 8192),
+                  ("hard_negatives", 0 <= self.hard_negatives <= 64),
+                  ("negative_depth", 1 <= self.negative_depth <= 100000),
+                  ("unmarked_positives", 0 <= self.unmarked_positives <= 1000),
+                  ("epochs", 1 <= self.epochs <= 1000), ("batch_size", 2 <= self.batch_size),
+                  ("learning_rate", 0 < self.learning_rate < 1),
+                  ("warmup_ratio", 0 <= self.warmup_ratio < 1),
+                  ("max_steps", self.max_steps >= 0), ("time_budget_s", self.time_budget_s >= 0),
+                  ("max_questions", self.max_questions >= 0)]
+        for name, ok in checks:
+            if not ok:
+                raise ConfigError(f"train-encoder: {name}={getattr(self, name)!r} is out of "
+                                  "range")
+
+
+def parse_fold(spec: str) -> tuple[int, int]:
+    """``"I/N"`` -> (I, N) with 0 <= I < N and N >= 2; one clear error otherwise."""
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise ConfigError(f"train-encoder: exclude_fold={spec!r}: expected I/N, e.g. 0/2"
+                          ) from None
+    if not (n >= 2 and 0 <= i < n):
+        raise ConfigError(f"train-encoder: exclude_fold={spec!r}: need N >= 2 and 0 <= I < N")
+    return i, n
+
+
+def fold_unit(question_id: str) -> str:
+    """The unit a fold keeps together: the id's part before ``:`` (a LoCoMo conversation)."""
+    return question_id.split(":", 1)[0]
+
+
+def in_fold(question_id: str, fold: tuple[int, int]) -> bool:
+    from engram_eval.runs.shard import shard_of
+
+    return shard_of(fold_unit(question_id), fold[1]) == fold[0]
+
+
+@dataclass(frozen=True)
+class Triplet:
+    question_id: str
+    session_id: str
+    turn_index: int
+    kind: str  # marked | unmarked (how the positive was found)
+    anchor: str
+    positive: str
+    negatives: tuple[str, ...]
+    negative_kinds: tuple[str, ...]  # hard | random, per negative
+
+
+def _indexed_turns(s: Session, roles: bool) -> list[tuple[int, str]]:
+    """(turn index, text) of the turns the dense signal indexes: user turns of a chat, every
+    turn of people's chats."""
+    return [(t.index, t.content) for t in user_turns(s, roles) if t.content.strip()]
+
+
+def _positives(q: Question, roles: bool, s: EncoderTrainSettings
+               ) -> list[tuple[Session, int, str]]:
+    """(session, turn index, kind) of the question's positives (module docstring)."""
+    gold = set(q.answer_session_ids)
+    evidence = q.get_extra("evidence_dia_ids")
+    ids = {str(x) for x in evidence} if isinstance(evidence, (list, tuple)) else set()
+    marked = [(sess, t.index, "marked") for sess in q.sessions if sess.session_id in gold
+              for t in sess.turns if t.content.strip()
+              and (t.has_answer or (t.turn_id and t.turn_id in ids))]
+    if marked or not s.unmarked_positives:
+        return marked
+    out: list[tuple[Session, int, str]] = []
+    for sess in q.sessions:
+        if sess.session_id not in gold:
+            continue
+        turns = _indexed_turns(sess, roles)
+        while turns and len(out) < s.unmarked_positives:
+            k, _ = _most_question_like(q.question, turns)
+            out.append((sess, k, "unmarked"))
+            turns = [t for t in turns if t[0] != k]
+    return out[: s.unmarked_positives]
+
+
+def _negatives(q: Question, ranked: Sequence[Session], roles: bool,
+               s: EncoderTrainSettings) -> tuple[list[str], list[str]]:
+    """(texts, kinds) of the question's ``hard_negatives`` negatives: the most question-like
+    turn of each of the first non-gold ranked sessions, then seeded random non-gold turns."""
+    gold = set(q.answer_session_ids)
+    texts: list[str] = []
+    used: set[str] = set()
+    for sess in ranked:
+        if len(texts) >= s.hard_negatives:
+            break
+        turns = _indexed_turns(sess, roles)
+        if sess.session_id in gold or not turns:
+            continue
+        texts.append(_most_question_like(q.question, turns)[1])
+        used.add(sess.session_id)
+    kinds = ["hard"] * len(texts)
+    if len(texts) < s.hard_negatives:
+        pool = [(sess.session_id, k, t) for sess in q.sessions
+                if sess.session_id not in gold and sess.session_id not in used
+                for k, t in _indexed_turns(sess, roles)]
+        rng = random.Random(f"{s.seed}:{q.question_id}")
+        for _, _, t in rng.sample(pool, min(s.hard_negatives - len(texts), len(pool))):
+            texts.append(t)
+            kinds.append("random")
+    return texts, kinds
+
+
+def build_triplets(questions: Sequence[Question], rankings: dict[str, Sequence[str]],
+                   s: EncoderTrainSettings) -> tuple[list[Triplet], dict[str, Any]]:
+    """The triplets of the module docstring and their counts (``skipped`` per reason)."""
+    out: list[Triplet] = []
+    skipped: dict[str, list[str]] = {"no_evidence_turn": [], "not_in_run": [],
+                                     "no_negative": []}
+    for q in questions:
+        roles = has_chat_roles(q.sessions)
+        positives = _positives(q, roles, s)
+        if not positives:
+            skipped["no_evidence_turn"].append(q.question_id)
+            continue
+        if q.question_id not in rankings:
+            skipped["not_in_run"].append(q.question_id)
+            continue
+        by_id = {x.session_id: x for x in q.sessions}
+        ranked = [by_id[i] for i in rankings[q.question_id][: s.negative_depth] if i in by_id]
+        negs, kinds = _negatives(q, ranked, roles, s)
+        if len(negs) < s.hard_negatives:
+            skipped["no_negative"].append(q.question_id)
+            continue
+        for sess, k, kind in positives:
+            out.append(Triplet(q.question_id, sess.session_id, k, kind, q.question,
+                               sess.turns[k].content, tuple(negs), tuple(kinds)))
+    counts = {"triplets": len(out),
+              "marked": sum(t.kind == "marked" for t in out),
+              "unmarked": sum(t.kind == "unmarked" for t in out),
+              "hard_negatives": sum(k == "hard" for t in out for k in t.negative_kinds),
+              "random_negatives": sum(k == "random" for t in out for k in t.negative_kinds),
+              "questions_used": len({t.question_id for t in out}),
+              "questions_skipped": {k: len(v) for k, v in skipped.items()},
+              "skipped_ids": skipped}
+    return out, counts
+
+
+def triplets_sha256(triplets: Sequence[Triplet]) -> str:
+    h = hashlib.sha256()
+    for t in triplets:
+        h.update(json.dumps(asdict(t), sort_keys=True, ensure_ascii=False).encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def refuse_heldout(part: Path) -> dict[str, Any] | None:
+    """The part's split marker (None when it has none); ProvenanceError for a held-out part
+    by its marker and for any file holding held-out data (the package's one guard)."""
+    from engram_eval.data.split import part_marker
+    from engram_eval.provenance.guard import refuse_heldout as guard
+
+    marker = part_marker(part)
+    if marker is not None and marker.get("part") == "heldout":
+        raise ProvenanceError(f"{part}: this is a held-out part (its split marker says so); "
+                              "an encoder is trained on tuning parts only")
+    guard(part, "an encoder is trained on tuning parts only")
+    return marker
+
+
+def _part_triplets(part_p: Path, run: str | Path, s: EncoderTrainSettings
+                   ) -> tuple[list[Triplet], dict[str, Any], dict[str, Any], list[str]]:
+    """One part's checks and triplets: (triplets, counts, card entry, left-out ids)."""
+    from engram_eval.data.datasets import load_questions
+    from engram_eval.runs.reader import read_run
+
+    marker = refuse_heldout(part_p)
+    part_sha = sha256_file(part_p)
+    finished = read_run(run, require_sidecar=True)
+    if finished.dataset_sha256 != part_sha:
+        raise ProvenanceError(f"{run}: was made on data with sha256 {finished.dataset_sha256}, "
+                              f"not on {part_p} ({part_sha}); train on the run of this part")
+    _, questions = load_questions(part_p)
+    left_out: list[str] = []
+    if s.exclude_fold:
+        fold = parse_fold(s.exclude_fold)
+        left_out = [q.question_id for q in questions if in_fold(q.question_id, fold)]
+        questions = tuple(q for q in questions if not in_fold(q.question_id, fold))
+    n_available = len(questions)
+    capped = _capped(questions, s)  # type: ignore[arg-type]  # same two fields
+    rankings = {r["question_id"]: r["ranked_session_ids"] for r in finished.rows}
+    triplets, counts = build_triplets(capped, rankings, s)
+    entry = {"path": str(part_p), "sha256": part_sha,
+             "split_manifest_sha256": (marker or {}).get("split_manifest_sha256"),
+             "split_part": (marker or {}).get("part"),
+             "run": {"path": str(run), "fingerprint": finished.fingerprint,
+                     "rows_sha256": finished.rows_sha256},
+             "questions_available": n_available, "questions_considered": len(capped),
+             "triplets": {k: v for k, v in counts.items() if k != "skipped_ids"},
+             "trained_question_ids": sorted({t.question_id for t in triplets})}
+    return triplets, counts, entry, left_out
+
+
+def _claim(out: Path, card_path: Path) -> Path:
+    """Refuse a finished or half-finished output; remove a stale staging directory left by a
+    killed call; return the staging path."""
+    staging = out.parent / f".{out.name}.partial"
+    refuse_links(out, card_path, staging)
+    if card_path.exists():
+        raise ProvenanceError(f"{card_path}: exists; train-encoder never overwrites")
+    if out.exists():
+        raise ProvenanceError(f"{out}: exists without its card {card_path.name} (a "
+                              "train-encoder killed after its last step, or another file); "
+                              "remove it or choose another output")
+    if staging.exists():  # ours by name: a killed call's unfinished model
+        remove_contained(staging, out.parent)
+    return staging
+
+
+def train_encoder(part: str | Path, run: str | Path, output: str | Path,
+                  settings: EncoderTrainSettings | None = None, *, log: Any = None,
+                  also: Sequence[tuple[str | Path, str | Path]] = ()) -> dict[str, Any]:
+    """See the module docstring (``also``: more (part, run) pairs). Returns the card."""
+    from engram_eval.retrieval.models import resolve_model
+
+    s = settings or EncoderTrainSettings()
+    out = Path(output)
+    card_path = Path(str(out) + ".card.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = _claim(out, card_path)
+    todo = [(Path(part), run)] + [(Path(p), r) for p, r in also]
+    shas = [sha256_file(p) for p, _ in todo]
+    if len(set(shas)) != len(shas):
+        raise ConfigError("train-encoder: the same part is given twice")
+    base = resolve_model(s.base_model, "embedding")
+    triplets: list[Triplet] = []
+    entries: list[dict[str, Any]] = []
+    all_counts: list[dict[str, Any]] = []
+    left_out: list[str] = []
+    for part_p, run_p in todo:
+        got, counts, entry, lo = _part_triplets(part_p, run_p, s)
+        if not got:
+            raise ConfigError(f"{part_p}: no question gives a triplet (evidence turn and "
+                              f"{s.hard_negatives} negatives); nothing to train on")
+        triplets += got
+        entries.append(entry)
+        all_counts.append(counts)
+        left_out += lo
+    if len(triplets) < s.batch_size:
+        raise ConfigError(f"train-encoder: {len(triplets)} triplets, fewer than one batch "
+                          f"({s.batch_size}); lower --batch-size")
+    kinds = ("triplets", "marked", "unmarked", "hard_negatives", "random_negatives",
+             "questions_used")
+    totals: dict[str, Any] = {k: sum(c[k] for c in all_counts) for k in kinds}
+    totals["questions_skipped"] = {k: sum(c["questions_skipped"][k] for c in all_counts)
+                                   for k in all_counts[0]["questions_skipped"]}
+    skipped = {k: [i for c in all_counts for i in c["skipped_ids"][k]]
+               for k in all_counts[0]["skipped_ids"]}
+    if log is not None:
+        log(f"train-encoder: {totals['triplets']} triplets from {totals['questions_used']} "
+            f"questions of {len(todo)} part(s)")
+    t0 = time.time()
+    try:
+        history = _fit(triplets, base.path, staging, s, log)
+        files = {p.relative_to(staging).as_posix(): sha256_file(p)
+                 for p in sorted(staging.rglob("*")) if p.is_file()}
+        staging.rename(out)
+    finally:
+        if staging.exists():
+            remove_contained(staging, out.parent, ignore_errors=True)
+    wall = time.time() - t0
+    card = {
+        "kind": CARD_KIND, "parts": entries,
+        "base_model": base.to_json(), "settings": asdict(s),
+        "triplets": totals, "skipped_ids": skipped, "triplets_sha256": triplets_sha256(triplets),
+        "excluded_questions": {"fold": s.exclude_fold or None, "count": len(left_out),
+                               "ids_sha256": hashlib.sha256(
+                                   "\n".join(sorted(left_out)).encode("utf-8")).hexdigest()},
+        "training": history, "wall_seconds": round(wall, 3),
+        "packages": _package_versions(), "output_files": files,
+        "usage": f"run --embedding-model {out}",
+    }
+    atomic_write(card_path, json.dumps(card, indent=2, sort_keys=True) + "\n")
+    return card
+
+
+def _fit(triplets: Sequence[Triplet], base_dir: str, out: Path, s: EncoderTrainSettings,
+         log: Any) -> dict[str, Any]:
+    """Fine-tune with sentence-transformers' trainer; returns the loss curve."""
+    try:
+        import torch
+        from datasets import Dataset
+        from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+        from sentence_transformers.sentence_transformer.losses import (
+            MultipleNegativesRankingLoss,
+        )
+        from sentence_transformers.sentence_transformer.training_args import (
+            BatchSamplers,
+            SentenceTransformerTrainingArguments,
+        )
+        from transformers import TrainerCallback, set_seed
+    except ImportError as e:  # pragma: no cover - core dependencies
+        raise ConfigError(f"train-encoder needs sentence-transformers, datasets and torch "
+                          f"({e}); pip install 'engram-eval'") from None
+
+    set_seed(s.seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    model = SentenceTransformer(base_dir, device="cpu", local_files_only=True)
+    model.max_seq_length = s.max_seq_length
+    columns: dict[str, list[str]] = {"anchor": [t.anchor for t in triplets],
+                                     "positive": [t.positive for t in triplets]}
+    for j in range(s.hard_negatives):
+        columns[f"negative_{j + 1}"] = [t.negatives[j] for t in triplets]
+    data = Dataset.from_dict(columns)
+    budget = s.time_budget_s
+    started = time.time()
+
+    class Progress(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
+            if budget and time.time() - started > budget:
+                control.should_training_stop = True
+            if log is not None and state.max_steps and (
+                    state.global_step % max(1, state.max_steps // 20) == 0):
+                loss = next((h["loss"] for h in reversed(state.log_history) if "loss" in h),
+                            None)
+                log(f"train-encoder: step {state.global_step}/{state.max_steps}, "
+                    f"{time.time() - started:.0f} s"
+                    + (f", loss {loss:.4f}" if loss is not None else ""))
+            return control
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="engram-train-encoder-") as scratch:
+        args = SentenceTransformerTrainingArguments(
+            output_dir=scratch, num_train_epochs=s.epochs, max_steps=s.max_steps or -1,
+            per_device_train_batch_size=s.batch_size, learning_rate=s.learning_rate,
+            warmup_ratio=s.warmup_ratio, seed=s.seed, data_seed=s.seed, logging_steps=1,
+            save_strategy="no", report_to=[], disable_tqdm=log is not None, use_cpu=True,
+            dataloader_num_workers=0, batch_sampler=BatchSamplers.NO_DUPLICATES)
+        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data,
+                                             loss=MultipleNegativesRankingLoss(model),
+                                             callbacks=[Progress()])
+        if log is not None:  # one line per ~5% of the steps, not one per step
+            from transformers.trainer_callback import PrinterCallback
+
+            trainer.remove_callback(PrinterCallback)
+        trainer.train()
+        state = trainer.state
+    model.save_pretrained(str(out))
+    losses = [{"step": int(h["step"]), "loss": float(h["loss"])}
+              for h in state.log_history if "loss" in h]
+    return {"steps": int(state.global_step), "max_steps": int(state.max_steps),
+            "stopped_by_budget": bool(budget and state.global_step < state.max_steps),
+            "loss_curve": losses}

@@ -1,0 +1,168 @@
+"""A shipped dense encoder (issue 42): made by ``analysis.ship_encoder`` from a
+``train-encoder`` output (here a tiny local model trained two steps), resolved offline by name
+with its card's hashes checked, run by the ``onnx`` embedding backend at its stored precision
+with its vectors cached under its own hash, and a run with it that ``verify --rerun``
+re-executes. One clear error for a corrupted file, a card whose hashes do not match and a
+precision the stored graph lacks."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+from engram_eval.analysis.ship_encoder import ship_encoder  # noqa: E402
+from engram_eval.analysis.train_encoder import EncoderTrainSettings, train_encoder  # noqa: E402
+from engram_eval.cli import main as cli  # noqa: E402
+from engram_eval.errors import ConfigError, ModelUnavailableError, ProvenanceError  # noqa: E402
+from engram_eval.retrieval import models  # noqa: E402
+from engram_eval.retrieval.models import hash_model_dir, resolve_model  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+DATASET = ROOT / "fixtures" / "longmemeval_tiny.json"
+NAME = "engram-minilm-tiny-test"
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_embedding_model: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("enc")
+    run = d / "run.jsonl"
+    assert cli.main(["run", str(DATASET), "--retriever", "bm25", "--no-progress",
+                     "--output", str(run)]) == 0
+    train_encoder(DATASET, run, d / "model",
+                  EncoderTrainSettings(base_model=tiny_embedding_model, max_steps=2,
+                                       batch_size=4, max_seq_length=32))
+    return d / "model"
+
+
+@pytest.fixture(scope="module")
+def shipped_root(trained: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("shipped-enc")
+    ship_encoder(trained, Path(str(trained) + ".card.json"), root / NAME, name=NAME,
+                 version="1", chosen_by="a test")
+    return root
+
+
+@pytest.fixture
+def shipped(shipped_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(models, "SHIPPED_ROOT", shipped_root)
+    return shipped_root / NAME
+
+
+@pytest.fixture
+def damaged(shipped_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "root"
+    shutil.copytree(shipped_root, root)
+    monkeypatch.setattr(models, "SHIPPED_ROOT", root)
+    return root / NAME
+
+
+def test_ship_writes_the_graph_and_a_card_of_every_file(shipped: Path, trained: Path) -> None:
+    card = json.loads((shipped / "card.json").read_text())
+    assert card["role"] == "embedding" and card["form"]["precision"] == "int8"
+    assert card["training_card"] == json.loads(Path(str(trained) + ".card.json").read_text())
+    assert sorted(card["files"]) == ["config.json", "export.json", "model.onnx",
+                                     "tokenizer.json"]
+    export = json.loads((shipped / "export.json").read_text())
+    assert export["pooling"] == "mean" and export["dim"] == 32
+    files, _ = hash_model_dir(shipped)
+    assert {k: v for k, v in files.items() if k != "card.json"} == card["files"]
+    with pytest.raises(ProvenanceError, match="never overwrites"):
+        ship_encoder(trained, Path(str(trained) + ".card.json"), shipped, name=NAME,
+                     version="1", chosen_by="")
+
+
+def test_ship_refuses_a_model_its_card_did_not_hash(trained: Path, tmp_path: Path) -> None:
+    card = json.loads(Path(str(trained) + ".card.json").read_text())
+    card["output_files"]["model.safetensors"] = "0" * 64
+    forged = tmp_path / "forged.card.json"
+    forged.write_text(json.dumps(card))
+    with pytest.raises(ProvenanceError, match="model.safetensors"):
+        ship_encoder(trained, forged, tmp_path / "x", name="x", version="1", chosen_by="")
+    assert not (tmp_path / "x").exists()
+
+
+def test_resolves_offline_by_name_and_encodes_like_its_source(shipped: Path,
+                                                              trained: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from engram_eval.retrieval.embeddings import make_embedder
+    from engram_eval.retrieval.onnx_export import prepare_embedding_backend
+
+    ref = resolve_model(NAME, "embedding")
+    assert ref.source == f"package:engram-eval/{NAME}" and ref.path == str(shipped)
+    assert prepare_embedding_backend("onnx", ref, "int8") is None  # the graph as it is
+    emb = make_embedder("onnx", ref, "int8", 8)
+    texts = ["my puppy is a border collie", "what breed is my puppy", "the weather today"]
+    got = emb.encode(texts)
+    want = SentenceTransformer(str(trained), device="cpu").encode(texts,
+                                                                  normalize_embeddings=True)
+    cos = (got * want).sum(axis=1)
+    assert got.shape == want.shape and float(cos.min()) > 0.95  # int8 of the same model
+
+
+def test_the_stored_precision_only(shipped: Path) -> None:
+    from engram_eval.retrieval.onnx_export import prepare_embedding_backend
+
+    ref = resolve_model(NAME, "embedding")
+    with pytest.raises(ConfigError, match="stored as an ONNX int8 graph"):
+        prepare_embedding_backend("onnx", ref, "fp32")
+    with pytest.raises(ConfigError, match="--embedding-precision int8"):
+        prepare_embedding_backend("sentence_transformers", ref, "fp32")
+
+
+def test_a_corrupted_file_or_a_wrong_hash_is_named(damaged: Path) -> None:
+    with (damaged / "model.onnx").open("r+b") as f:
+        f.seek(200)
+        byte = f.read(1)
+        f.seek(200)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(ModelUnavailableError, match=r"model\.onnx: sha256 .* differs"):
+        resolve_model(NAME, "embedding")
+
+
+def test_a_card_with_a_wrong_hash_or_role_is_named(damaged: Path) -> None:
+    card = json.loads((damaged / "card.json").read_text())
+    card["files"]["tokenizer.json"] = "0" * 64
+    (damaged / "card.json").write_text(json.dumps(card))
+    with pytest.raises(ModelUnavailableError, match=r"tokenizer\.json: sha256 .* differs"):
+        resolve_model(NAME, "embedding")
+    with pytest.raises(ModelUnavailableError, match="not a reranker model"):
+        resolve_model(NAME, "reranker")
+
+
+def test_a_run_with_the_shipped_encoder_records_it_and_reexecutes(
+        shipped: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engram_eval.runs.reader import read_run
+    from engram_eval.runs.verify import verify
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ENGRAM_EVAL_CACHE", str(cache))
+    out = tmp_path / "r.jsonl"
+    assert cli.main(["run", str(DATASET), "--embedding-model", NAME, "--embedding-precision",
+                     "int8", "--no-rerank", "--no-progress", "--cache-dir", str(cache),
+                     "--output", str(out)]) == 0
+    run = read_run(out)
+    ref = resolve_model(NAME, "embedding")
+    recorded = [m for m in run.sidecar["models"] if m["name"] == NAME]
+    assert recorded and recorded[0]["sha256"] == ref.sha256
+    assert not any(m["role"] == "embedding-onnx" for m in run.sidecar["models"])
+    rep = verify(out, DATASET, rerun=3, rerun_seed=0)
+    assert rep.verified, rep.format()
+
+
+def test_the_cache_keys_vectors_by_the_models_hash(shipped: Path, tiny_embedding_model: str
+                                                   ) -> None:
+    from engram_eval.retrieval.embeddings import CachedEncoder, make_embedder
+
+    ours = CachedEncoder(make_embedder("onnx", resolve_model(NAME, "embedding"), "int8", 8),
+                         backend="onnx")
+    base = CachedEncoder(make_embedder("sentence_transformers",
+                                       resolve_model(tiny_embedding_model, "embedding"),
+                                       "fp32", 8), backend="onnx")
+    assert ours.key("same text") != base.key("same text")
+    assert resolve_model(NAME, "embedding").sha256 in ours._prefix
