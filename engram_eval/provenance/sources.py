@@ -351,6 +351,8 @@ SUFFIX_GENERATORS: dict[str, str] = {
     # a selective-retrieval measurement of the confidence and its figure (issue 18)
     ".selective.json": "engram_eval/production_eval/commands.py",
     ".selective.png": "engram_eval/production_eval/commands.py",
+    # a trained encoder's model card (train-encoder; listed before the reranker's suffix)
+    ".encoder.card.json": "engram_eval/analysis/train_encoder.py",
     # a trained reranker's model card (train-reranker; the weights are not published)
     ".card.json": "engram_eval/analysis/train_reranker.py",
 }
