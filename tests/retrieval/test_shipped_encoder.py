@@ -166,3 +166,18 @@ def test_the_cache_keys_vectors_by_the_models_hash(shipped: Path, tiny_embedding
                                        "fp32", 8), backend="onnx")
     assert ours.key("same text") != base.key("same text")
     assert resolve_model(NAME, "embedding").sha256 in ours._prefix
+
+
+# --------------------------------------------------------------------------- the real one
+SHIPPED = "engram-minilm-conv-v1"  # PROVENANCE.md section 22
+
+
+def test_the_shipped_encoder_resolves_offline_with_its_card() -> None:
+    """The encoder trained on both tune parts resolves by name from the package, its card's
+    hashes checked; its training card names tuning parts only."""
+    ref = resolve_model(SHIPPED, "embedding")
+    card = json.loads((Path(ref.path) / "card.json").read_text())
+    assert card["role"] == "embedding" and card["form"]["precision"] == "int8"
+    parts = card["training_card"]["parts"]
+    assert len(parts) == 2 and all(p["split_part"] == "tune" for p in parts)
+    assert card["training_card"]["excluded_questions"]["fold"] is None

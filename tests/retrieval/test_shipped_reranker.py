@@ -280,12 +280,18 @@ def test_the_shipped_reranker_resolves_with_its_card(name: str) -> None:
 
 
 def test_every_shipped_model_together_stays_within_the_budget() -> None:
-    """Issue 26: at most 50 MB added to the repository by shipped models, all versions
-    together (a settings-only version adds its card alone)."""
-    from engram_eval.retrieval.models import SHIPPED_ROOT
+    """Issue 26's budget of 50 MB for the rerankers, all versions together (a settings-only
+    version adds its card alone), raised by issue 42 to 100 MB for every shipped model, the
+    dense encoder included."""
+    from engram_eval.retrieval.models import SHIPPED_ROOT, read_card
 
-    total = sum(p.stat().st_size for p in Path(SHIPPED_ROOT).rglob("*") if p.is_file())
-    assert total <= 50 * 10**6
+    def size(d: Path) -> int:
+        return sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
+
+    dirs = [d for d in Path(SHIPPED_ROOT).iterdir() if d.is_dir()]
+    rerankers = [d for d in dirs if read_card(d).get("role") == "reranker"]
+    assert sum(size(d) for d in rerankers) <= 50 * 10**6
+    assert sum(size(d) for d in dirs) <= 100 * 10**6
 
 
 def test_rerank_runs_offline_on_the_fixture_and_verifies(tmp_path: Path) -> None:
