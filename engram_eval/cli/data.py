@@ -39,9 +39,11 @@ def add_split(sub: Any) -> None:
 
 def cmd_split(args: argparse.Namespace) -> int:
     from engram_eval.data.split import MANIFEST_NAME
+    from engram_eval.io import check_output_dir
     from engram_eval.provenance.derived import write_derived_sidecar
     from engram_eval.provenance.guard import guarded_split
 
+    check_output_dir(args.output_dir)  # a link or a file there: one error, before any work
     check_free(args, os.path.join(args.output_dir, MANIFEST_NAME))
     # refuses held-out input, splits, registers the held-out part (provenance.guard)
     out, registry = guarded_split(args.dataset, holdout=args.holdout, salt=args.salt,

@@ -40,7 +40,7 @@ A finished output is never removed: an existing rows file (a merge links it last
 that exists is a finished result, whatever the temporary directory holds: a hard link to it
 left by a merge killed inside its release step, or put there by hand), or a sidecar or
 summary that is not the temporary directory's own file, is refused before anything is
-cleaned (:func:`refuse_existing`), and the cleanup checks it again under the lock. The
+cleaned (:func:`refuse_existing_output`), and the cleanup checks it again under the lock. The
 ``owner`` file must be a plain file with one name: a link there (symbolic, or a hard link
 whose truncation would empty another file) is one clear error and nothing is changed.
 """
@@ -138,7 +138,7 @@ def _half_published(out: Path, name: str) -> bool:
             and _same_file(staging_dir(out) / name, _finals(out)[name]))
 
 
-def refuse_existing(out: Path) -> None:
+def refuse_existing_output(out: Path) -> None:
     """Refuse an existing output before anything is cleaned or written: one
     ProvenanceError naming it, and nothing is changed (a stale temporary directory is left as
     it is, and said). The only output files let through are a half-published sidecar and
@@ -159,9 +159,9 @@ class Staging:
 
     :meth:`acquire` takes it; a directory left by a merge that is no longer running (its
     lock free) is cleaned first: a half-published sidecar and summary (:func:`_half_published`)
-    are removed, an existing output refused (:func:`refuse_existing`: a finished output is
-    never removed), its temporary files are removed, and ``echo`` says so. A live holder is
-    refused. :meth:`publish` links the staged files
+    are removed, an existing output refused (:func:`refuse_existing_output`: a finished
+    output is never removed), its temporary files are removed, and ``echo`` says so. A live
+    holder is refused. :meth:`publish` links the staged files
     into place; :meth:`release` removes the directory."""
 
     def __init__(self, out: Path, echo: Callable[[str], None] = _stderr) -> None:
@@ -263,7 +263,7 @@ class Staging:
         left = sorted(x for x in os.listdir(self.dir) if x != "owner")
         if not left:
             return
-        refuse_existing(self.out)  # again, under the lock: a finished output stays
+        refuse_existing_output(self.out)  # again, under the lock: a finished output stays
         linked = [final for name, final in _finals(self.out).items()
                   if _half_published(self.out, name)]
         who = f"({previous})" if previous else "(owner unknown)"
@@ -363,7 +363,7 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
                                 "'.metadata.json' to it)")
     # a link at an output (or at the temporary directory) is refused before anything else
     refuse_links(out, sidecar_path(out), summary_path(out), staging_dir(out))
-    refuse_existing(out)  # before any cleanup: a finished output is never removed
+    refuse_existing_output(out)  # before any cleanup: a finished output is never removed
     if staging_dir(out).is_dir():  # left by an interrupted merge: clean it (or refuse)
         Staging(out, echo).acquire().release()
     metas: list[dict[str, Any]] = []
