@@ -22,6 +22,7 @@ import errno as _errno
 import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -606,6 +607,20 @@ def streaming_write(path: str | Path, *, exclusive: bool = True,
 
 def dump_json(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+#: What :func:`printable` escapes: every C0 control (newline and tab included: a table cell
+#: is one line), DEL, every C1 control (``\x9b`` starts an ANSI sequence as ``\x1b[`` does)
+#: and the bidirectional marks and overrides that reorder what a terminal shows.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` (a dataset string: a question type, id, ...) as it may be printed into a
+    terminal table: each character of :data:`_UNPRINTABLE` written as its Python escape
+    (``\x1b``, ``\n``, ``\u202e``), so an ANSI sequence in a dataset cannot recolour the
+    table, move the cursor, hide lines or break a row. Other text is unchanged."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def package_root() -> Path:

@@ -15,6 +15,7 @@ from engram_eval.cli._common import (
     output_file,
     seed_int,
 )
+from engram_eval.io import printable
 from engram_eval.provenance.sources import derived_sources
 
 
@@ -58,7 +59,7 @@ def cmd_split(args: argparse.Namespace) -> int:
           f"format={m['format']} unit={m['unit']} salt={m['salt']!r} holdout={m['holdout']}")
     for name, path in out.part_paths.items():
         part = m["parts"][name]
-        types = ", ".join(f"{t}={n}" for t, n in part["by_type"].items())
+        types = ", ".join(f"{printable(t)}={n}" for t, n in part["by_type"].items())
         print(f"  {name}: {path} ({part['n_records']} records, {part['n_questions']} "
               f"questions; {types}) sha256 {part['sha256']}")
     print(f"manifest {out.manifest_path}")

@@ -347,7 +347,7 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
     revision instead of the installed package, as ``verify --sources-at``). ``echo``
     (default: stderr) receives the note about a stale temporary directory removed."""
     from engram_eval.retrieval.temporal import unparsable_date_counts, unparsable_dates
-    from engram_eval.scoring.summary import build_summary, gold_absent
+    from engram_eval.scoring.summary import build_summary, evidence_unresolved, gold_absent
 
     if not inputs:
         raise ProvenanceError("merge: give at least one shard result")
@@ -467,7 +467,10 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
                                 retriever=ref["config"]["retriever"], rows_sha256=digest,
                                 unparsable_dates=unparsable_date_counts(
                                     unparsable_dates(q) for q in selected),
-                                gold_absent_from_haystack=len(gold_absent(selected)))
+                                gold_absent_from_haystack=len(gold_absent(selected)),
+                                evidence_unresolved=(evidence_unresolved(selected)
+                                                     if ref["dataset_format"] == "locomo"
+                                                     else None))
         with _writing(sidecar_path(out)):
             atomic_write(staging.path("metadata.json"), meta_text(side))
         with _writing(summary_path(out)):
