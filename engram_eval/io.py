@@ -22,6 +22,7 @@ import errno as _errno
 import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -434,6 +435,44 @@ def refuse_links(*paths: str | Path, what: str = "an output path") -> None:
                                   _errno.EEXIST)
 
 
+def check_output_dir(path: str | Path) -> None:
+    """Refuse, before anything is written, an output directory ``path`` that new files cannot
+    go into safely, with one error naming it: a symbolic link there (dangling or not: the
+    files would land in its target; :class:`UnsafePathError`), or an existing path that is
+    not a directory (:class:`WriteError`, "it is a file, not a directory"). A parent that is
+    a file is :func:`make_output_dir`'s to say."""
+    import stat
+
+    p = Path(path)
+    problem = link_problem(p)
+    if problem is not None:
+        raise UnsafePathError(p, f"{p}: {problem}; an output directory must be a real "
+                              "directory or absent (nothing was written into it or its "
+                              "target)", _errno.EEXIST)
+    try:
+        mode = os.stat(p).st_mode
+    except OSError:
+        return
+    if not stat.S_ISDIR(mode):
+        kind = "file" if stat.S_ISREG(mode) else _kind(mode)
+        raise WriteError(p, f"cannot use {p} as an output directory: it is a {kind}, not a "
+                         "directory; choose another (nothing was written)", _errno.ENOTDIR)
+
+
+def make_output_dir(path: str | Path) -> Path:
+    """The output directory ``path``, created with its parents if absent, after
+    :func:`check_output_dir`; a parent that is a file (or any failure to create it) is one
+    :class:`WriteError` naming it."""
+    p = Path(path)
+    check_output_dir(p)
+    with storage_errors(p, "create"):
+        try:
+            p.mkdir(parents=True)
+        except FileExistsError:  # there already (or made in between): checked again
+            check_output_dir(p)
+    return p
+
+
 def _refused(path: str | Path, root: str | Path, why: str) -> UnsafePathError:
     return UnsafePathError(path, f"refusing to remove {path}: {why} (what this package "
                            f"removes lies inside {root}, reached through real directories "
@@ -568,6 +607,20 @@ def streaming_write(path: str | Path, *, exclusive: bool = True,
 
 def dump_json(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+#: What :func:`printable` escapes: every C0 control (newline and tab included: a table cell
+#: is one line), DEL, every C1 control (``\x9b`` starts an ANSI sequence as ``\x1b[`` does)
+#: and the bidirectional marks and overrides that reorder what a terminal shows.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` (a dataset string: a question type, id, ...) as it may be printed into a
+    terminal table: each character of :data:`_UNPRINTABLE` written as its Python escape
+    (``\x1b``, ``\n``, ``\u202e``), so an ANSI sequence in a dataset cannot recolour the
+    table, move the cursor, hide lines or break a row. Other text is unchanged."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def package_root() -> Path:

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError, DataError
+from engram_eval.io import printable
 
 CLASSES = ("not_in_corpus", "not_discovered", "lost_in_fusion", "lost_in_temporal",
            "lost_in_rerank", "cut_by_window", "untraced")
@@ -235,7 +236,7 @@ def format_report(rep: Mapping[str, Any], max_questions: int = 30) -> str:
     head = f"{'type':<27} {'n':>4} " + " ".join(f"{short[c]:>8}" for c in CLASSES)
     lines += ["", head]
     for t, v in rep["by_type"].items():
-        lines.append(f"{t:<27} {v['n_questions']:>4} "
+        lines.append(f"{printable(t):<27} {v['n_questions']:>4} "
                      + " ".join(f"{v[c]:>8}" for c in CLASSES))
     lines.append(f"{'all':<27} {rep['n_questions']:>4} "
                  + " ".join(f"{rep['classes'][c]:>8}" for c in CLASSES))
@@ -243,7 +244,8 @@ def format_report(rep: Mapping[str, Any], max_questions: int = 30) -> str:
     for q in rep["questions"][:max_questions]:
         for g in q["missed"]:
             sig = " ".join(f"{s}={r}" for s, r in g["signal_ranks"].items())
-            lines.append(f"  {q['question_id']:<16} {g['session_id']:<24} final={g['final_rank']} "
+            lines.append(f"  {printable(q['question_id']):<16} {printable(g['session_id']):<24} "
+                         f"final={g['final_rank']} "
                          f"{sig} fused={g['fused_rank']} temporal={g['temporal_rank']} "
                          f"rerank={g['rerank_rank']} -> {g['class']}")
     if len(rep["questions"]) > max_questions:

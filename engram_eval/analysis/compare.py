@@ -93,6 +93,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
+from engram_eval.io import printable
 from engram_eval.runs.reader import FinishedRun
 
 BINARY_METRIC = re.compile(r"^(recall_any|recall_all|hit)@\d+$")
@@ -487,8 +488,8 @@ def format_report(rep: Mapping[str, Any], metrics: Sequence[str] | None = None) 
                   f"  {conf}% paired bootstrap ({st['bootstrap']} resamples, seed "
                   f"{st['seed']}); exact McNemar p for binary metrics", ""]
     for g, gv in rep["groups"].items():
-        lines.append(f"{g} (n={gv['n']}, {gv['clusters']} clusters)" if clustered
-                     else f"{g} (n={gv['n']})")
+        lines.append(f"{printable(g)} (n={gv['n']}, {gv['clusters']} clusters)" if clustered
+                     else f"{printable(g)} (n={gv['n']})")
         for n in names:
             e = gv["metrics"][n]
             if clustered:

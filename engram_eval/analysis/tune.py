@@ -396,6 +396,23 @@ def fold_of_units(units: Sequence[str], folds: int, seed: int) -> np.ndarray:
     return np.array([unit_fold[index[u]] for u in units], dtype=np.int64)
 
 
+def check_folds(parts: Sequence[TunedPart], folds: int, cluster: str | None) -> None:
+    """Refuse ``folds`` above the number of cross-validation units (:func:`units_of`) of a
+    part: a fold with no unit would be recorded as a fold that never held anything out, and
+    the report would claim an ``N``-fold estimate it did not make. One ConfigError naming
+    the part, its units and the largest usable ``--folds``."""
+    for p in parts:
+        n = len(set(units_of([q.question_id for q in p.questions], cluster)))
+        if folds > n:
+            what = ("questions" if cluster is None else
+                    "cross-validation units (the question id before ':', a LoCoMo conversation; "
+                    "a question without ':' is its own)")
+            fix = (f"use --folds {n} or fewer" if n >= 2 else
+                   "cross-validation needs at least 2: tune on a larger run")
+            raise ConfigError(f"tune: --folds {folds} is more than the {n} {what} of {p.path} "
+                              f"(protocol {p.protocol}); {fix} (nothing was written)")
+
+
 COMBINE = ("worst-ratio", "mean")
 
 
@@ -467,6 +484,7 @@ def search(parts: Sequence[TunedPart], grid: Mapping[str, Any], objective: Seque
        before ``:``)."""
     if rule not in COMBINE:
         raise ConfigError(f"tune: --combine must be one of {COMBINE}")
+    check_folds(parts, folds, cluster)  # before the grid is evaluated
     own = parts[0].own
     signals = [n for n in F.SIGNAL_ORDER if any(n in p.signals for p in parts)]
     cands = candidates(grid, own, signals)

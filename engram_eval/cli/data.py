@@ -15,6 +15,7 @@ from engram_eval.cli._common import (
     output_file,
     seed_int,
 )
+from engram_eval.io import printable
 from engram_eval.provenance.sources import derived_sources
 
 
@@ -39,9 +40,11 @@ def add_split(sub: Any) -> None:
 
 def cmd_split(args: argparse.Namespace) -> int:
     from engram_eval.data.split import MANIFEST_NAME
+    from engram_eval.io import check_output_dir
     from engram_eval.provenance.derived import write_derived_sidecar
     from engram_eval.provenance.guard import guarded_split
 
+    check_output_dir(args.output_dir)  # a link or a file there: one error, before any work
     check_free(args, os.path.join(args.output_dir, MANIFEST_NAME))
     # refuses held-out input, splits, registers the held-out part (provenance.guard)
     out, registry = guarded_split(args.dataset, holdout=args.holdout, salt=args.salt,
@@ -56,7 +59,7 @@ def cmd_split(args: argparse.Namespace) -> int:
           f"format={m['format']} unit={m['unit']} salt={m['salt']!r} holdout={m['holdout']}")
     for name, path in out.part_paths.items():
         part = m["parts"][name]
-        types = ", ".join(f"{t}={n}" for t, n in part["by_type"].items())
+        types = ", ".join(f"{printable(t)}={n}" for t, n in part["by_type"].items())
         print(f"  {name}: {path} ({part['n_records']} records, {part['n_questions']} "
               f"questions; {types}) sha256 {part['sha256']}")
     print(f"manifest {out.manifest_path}")

@@ -113,41 +113,20 @@ def engine_from(args: argparse.Namespace, *, cache: bool = False) -> Any:
 # --------------------------------------------------------------------------- store, search
 def read_memories(path: str) -> list[Any]:
     """Memories from a JSON file: a list of ``{"id", "text", "date"?}``, or a mapping whose
-    ``memories`` is one. Anything else is one DataError naming the file and the record."""
+    ``memories`` is one, checked (:func:`engram_eval.production.store.memories_from`: one
+    DataError naming the file, the memory and the field or key)."""
     from engram_eval.data._jsonio import read_json_document
-    from engram_eval.errors import DataError
-    from engram_eval.production.store import Memory
+    from engram_eval.production.store import memories_from
 
     doc = read_json_document(path)
-    items = doc.get("memories") if isinstance(doc, dict) else doc
-    if not isinstance(items, list):
-        raise DataError(path, "(file)", "memories", "expected a list of memories (or a "
-                        "mapping whose 'memories' is one)")
-    out = []
-    for k, m in enumerate(items):
-        if (not isinstance(m, dict) or not isinstance(m.get("id"), str)
-                or not isinstance(m.get("text"), str)
-                or not isinstance(m.get("date", ""), str)):
-            raise DataError(path, f"memory {k}", "id/text/date", "expected a mapping "
-                            "with string 'id' and 'text' and an optional string 'date'")
-        out.append(Memory(m["id"], m["text"], m.get("date", "")))
-    return out
+    return memories_from(path, doc.get("memories") if isinstance(doc, dict) else doc)
 
 
 def cmd_store(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from engram_eval.production.store import add_to_store
 
-    from engram_eval.production.store import MemoryStore
-
-    memories = read_memories(args.memories)
-    engine = engine_from(args)
-    store = (MemoryStore.open(args.store, engine) if Path(args.store).exists()
-             else MemoryStore.create(args.store, engine))
-    try:
-        added = store.add(memories)
-        total = len(store)
-    finally:
-        store.close()
+    memories = read_memories(args.memories)  # checked before a store is created
+    added, total = add_to_store(args.store, engine_from(args), memories)
     print(f"{args.store}: added {added} memor{'y' if added == 1 else 'ies'}; {total} stored")
     return 0
 

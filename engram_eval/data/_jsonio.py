@@ -14,6 +14,9 @@ held elsewhere (:func:`parse_json_text`: a database value). The contract, for ea
 * nesting (:data:`MAX_DEPTH`) and string length (:data:`MAX_STRING_CHARS`) are checked
   before anything is returned; Python's recursion limit is never reached by a caller
   (a ``RecursionError`` of the parser is caught and located);
+* a key given twice in one object (``{"question": "a", "question": "b"}``) is refused, not
+  resolved by "the last wins" (:func:`duplicate_key_reason`), on the whole-file and the
+  streaming paths alike;
 * a UTF-8 byte order mark at the start of the file is accepted (and dropped);
 * a lone surrogate escape (``"\\ud800"`` not followed by its low half, or a low half alone)
   is refused, found in the bytes before a parser sees them (:func:`lone_surrogate`), so the
@@ -427,7 +430,11 @@ def parse_json_text(path: str | Path, text: str | bytes, record: str = FILE_RECO
     (:func:`json_text`) are one :class:`InputError` naming the record and field."""
     text = json_text(path, text, id_key, _as_record(record))
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as dup:  # the streaming scan names the record and field
+        locate_limit_violation(path, id_key, source=text, record=_as_record(record))
+        raise InputError(path, record, ROOT_FIELD,  # pragma: no cover - located above
+                         duplicate_key_reason(dup.key)) from None
     except json.JSONDecodeError as exc:
         raise InputError(path, record, ROOT_FIELD, f"not valid JSON: {exc.msg} at line "
                          f"{exc.lineno} column {exc.colno}") from None
@@ -441,6 +448,34 @@ def parse_json_text(path: str | Path, text: str | bytes, record: str = FILE_RECO
                          ) from None
     check_limits(path, data, id_key, source=text, record=_as_record(record))
     return data
+
+
+class _DuplicateKey(ValueError):
+    """A key given twice in one JSON object (raised by :func:`_unique_keys`)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s object hook: the object as a dict, or :class:`_DuplicateKey` when a
+    key appears twice (the ``json`` module would keep the last value silently)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _DuplicateKey(k)
+            seen.add(k)
+    return out
+
+
+def duplicate_key_reason(key: str) -> str:
+    """What is wrong with an object that gives ``key`` twice (the field named is the key)."""
+    shown = key if len(key) <= 80 else key[:80] + "..."
+    return (f"the key {shown!r} appears more than once in one object; a JSON reader would keep "
+            "only one of its values silently: remove the other")
 
 
 def _as_record(record: str) -> str | None:
@@ -591,6 +626,7 @@ def iter_list_items(path: str | Path, id_key: str | None = None) -> Iterator[Any
         out = sendable_list()
         send = backend.parse_basecoro(backend.items_basecoro(out, "item")).send
         depth = 0
+        keys: list[set[str]] = []  # per open object: its keys so far (a repeat is refused)
         try:
             for event, value in ijson.basic_parse(f, use_float=True):
                 if event == "start_map" or event == "start_array":
@@ -598,12 +634,21 @@ def iter_list_items(path: str | Path, id_key: str | None = None) -> Iterator[Any
                     if depth > MAX_DEPTH:
                         too_deep = True
                         break
+                    if event == "start_map":
+                        keys.append(set())
                 elif event == "end_map" or event == "end_array":
                     depth -= 1
+                    if event == "end_map":
+                        keys.pop()
                 elif (event == "string" or event == "map_key") and \
                         len(value) > MAX_STRING_CHARS:
                     too_deep = True
                     break
+                if event == "map_key":
+                    if value in keys[-1]:
+                        too_deep = True  # located below, as a limit is
+                        break
+                    keys[-1].add(value)
                 send((event, value))
                 if out:
                     items = list(out)
@@ -626,7 +671,8 @@ def iter_list_items(path: str | Path, id_key: str | None = None) -> Iterator[Any
     if too_deep:
         locate_limit_violation(p, id_key)
         raise InputError(p, FILE_RECORD, ROOT_FIELD,  # pragma: no cover - located above
-                         f"nested deeper than {MAX_DEPTH} levels or a string too long")
+                         f"nested deeper than {MAX_DEPTH} levels, a string too long or a "
+                         "key given twice")
 
 
 def _located(path: Path, at: int, reason: str, id_key: str | None) -> InputError:
@@ -649,9 +695,11 @@ def _record_label(top_is_list: bool, key: str | int, rid: str | None, id_key: st
 class _Tracker:
     """Where a stream of ``ijson`` basic parse events is, and the first limit it breaks."""
 
-    def __init__(self, id_key: str | None) -> None:
+    def __init__(self, id_key: str | None, *, unique_keys: bool = False) -> None:
         self.id_key = id_key
+        self.unique_keys = unique_keys  # a key given twice in one object breaks a limit
         self.stack: list[list[Any]] = []  # per open container: [is_list, current index/key]
+        self.keys: list[set[str]] = []  # per open object: the keys seen so far
         self.rid: str | None = None  # the id of the current top-level record
         self.last = ""  # the last event taken
 
@@ -661,6 +709,8 @@ class _Tracker:
         stack = self.stack
         if event == "end_map" or event == "end_array":
             stack.pop()
+            if event == "end_map":
+                self.keys.pop()
             if len(stack) == 1:
                 self.rid = None
             return ""
@@ -668,6 +718,10 @@ class _Tracker:
             if len(value) > MAX_STRING_CHARS:
                 return f"a key of {len(value)} characters (limit {MAX_STRING_CHARS})"
             stack[-1][1] = value
+            if self.unique_keys:
+                if value in self.keys[-1]:
+                    return duplicate_key_reason(value)
+                self.keys[-1].add(value)
             return ""
         if stack and stack[-1][0]:
             stack[-1][1] += 1
@@ -676,6 +730,8 @@ class _Tracker:
                 return (f"nested deeper than {MAX_DEPTH} levels (real files nest fewer than "
                         "10); refusing to parse further")
             stack.append([event == "start_array", -1])
+            if event == "start_map":
+                self.keys.append(set())
         elif event == "string":
             if len(value) > MAX_STRING_CHARS:
                 return f"a string of {len(value)} characters (limit {MAX_STRING_CHARS})"
@@ -807,8 +863,9 @@ def locate_limit_violation(path: str | Path, id_key: str | None = None, *,
                            ) -> None:
     """Stream ``path`` (or ``source``, its text already in memory) with full path tracking and
     raise the :class:`InputError` for its first value (in file order) nested deeper than
-    :data:`MAX_DEPTH` or a string longer than :data:`MAX_STRING_CHARS`; return when there is
-    none (or on a syntax error before one). ``record`` (a line of JSON lines): the record
+    :data:`MAX_DEPTH`, a string longer than :data:`MAX_STRING_CHARS` or a key given twice in
+    one object (:func:`duplicate_key_reason`, the field naming the key); return when there
+    is none (or on a syntax error before one). ``record`` (a line of JSON lines): the record
     every error names, the whole path being the field.
 
     The slow path of :func:`iter_list_items` and :func:`read_json`: it runs only once a
@@ -817,7 +874,7 @@ def locate_limit_violation(path: str | Path, id_key: str | None = None, *,
     """
     ijson = _ijson()
     p = Path(path)
-    tracker = _Tracker(id_key)
+    tracker = _Tracker(id_key, unique_keys=True)
     reason = ""
     try:
         with _source_stream(p, source) as f:

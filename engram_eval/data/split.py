@@ -68,7 +68,14 @@ from engram_eval.data._jsonio import (
     read_stored_bytes,
 )
 from engram_eval.errors import ConfigError, DataError, ProvenanceError
-from engram_eval.io import dump_json, exclusive_write, remove_contained, sha256_file
+from engram_eval.io import (
+    check_output_dir,
+    dump_json,
+    exclusive_write,
+    make_output_dir,
+    remove_contained,
+    sha256_file,
+)
 
 MANIFEST_NAME = "split_manifest.json"
 MARKER_SUFFIX = ".split.json"
@@ -297,6 +304,7 @@ def split_dataset(source: str | Path, *, holdout: float, salt: str, output_dir: 
                   compress: str = "auto") -> SplitOutcome:
     """Split ``source`` into tuning and held-out parts under ``output_dir`` (see module doc)."""
     src = Path(source)
+    check_output_dir(output_dir)  # a link or a file there: refused before any work
     if not isinstance(holdout, float | int) or not 0.0 < float(holdout) < 1.0:
         raise ConfigError(f"--holdout must be a fraction strictly between 0 and 1, got {holdout}")
     holdout = float(holdout)
@@ -316,10 +324,9 @@ def split_dataset(source: str | Path, *, holdout: float, salt: str, output_dir: 
                               f"({len(units)} {'questions' if fmt == 'longmemeval' else 'conversations'})")
 
     gz = compress == "gzip" or (compress == "auto" and data[:2] == GZIP_MAGIC)
-    out_dir = Path(output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     stem = stem_of(src.name)
     ext = ".json.gz" if gz else ".json"
+    out_dir = make_output_dir(output_dir)
     part_paths = {name: out_dir / f"{stem}.{name}{ext}" for name in PARTS}
     manifest_path = out_dir / MANIFEST_NAME
     targets = [manifest_path, *part_paths.values(), *(marker_path(p) for p in part_paths.values())]

@@ -11,6 +11,12 @@ One database file per store. Tables:
   (cut exactly as the benchmark cuts user text, :func:`engram_eval.retrieval.dense.user_pieces`)
   with their float32 vectors as little-endian bytes.
 
+Memories are checked before anything is written (:func:`check_memories`: a non-empty
+unique id, text that is not empty or whitespace only, a date the temporal step can read or
+none; :func:`memories_from` also refuses a key a memory does not have, naming it). A memory
+file is added with :func:`add_to_store`: a store it created for the add is removed again
+when the add fails (disk full, ...), and the error says exactly what was kept.
+
 Memories are written through :meth:`MemoryStore.add` (vectors computed at write time) and
 read back from the database by :meth:`MemoryStore.search`; nothing is kept in a dict
 between calls, so a closed and reopened store answers identically.
@@ -43,6 +49,7 @@ from engram_eval.data._jsonio import parse_json_text
 from engram_eval.data.dates import read_date
 from engram_eval.errors import DataError, InputError, ProvenanceError, StorageError
 from engram_eval.io import (
+    SQLITE_SIDE_SUFFIXES,
     UnsafePathError,
     database_problem,
     make_parent,
@@ -107,6 +114,92 @@ class Memory:
     id: str
     text: str
     date: str = ""
+
+
+#: The keys a memory (a JSON object of a memory file) may have.
+MEMORY_KEYS = ("id", "text", "date")
+
+
+def check_memories(path: str | Path, memories: Sequence[Memory]) -> None:
+    """Refuse, before anything is written, a memory that would be stored wrong: an empty or
+    repeated id, text that is empty or whitespace only (it would be stored and never
+    found), a date the temporal step cannot read (it would be silently ignored). One
+    DataError naming ``path`` (the memory file, or the store), the memory and the field."""
+    seen: set[str] = set()
+    for m in memories:
+        if not m.id or m.id in seen:
+            raise DataError(path, f"memory {m.id!r}", "id",
+                            "memory ids must be non-empty and unique")
+        seen.add(m.id)
+        if not m.text.strip():
+            raise DataError(path, f"memory {m.id!r}", "text", "empty (or whitespace only): a "
+                            "memory needs text to be found; remove it or give its text")
+        read_date(path, f"memory {m.id!r}", "date", m.date, readable=True,
+                  instead="leave it empty for an undated memory")
+
+
+def memories_from(path: str | Path, items: Any) -> list[Memory]:
+    """The memories of a memory file's list ``items`` (objects with string ``id`` and
+    ``text`` and an optional string ``date``), checked (:func:`check_memories`); a key
+    outside :data:`MEMORY_KEYS` (a misspelt ``data`` for ``date`` would be ignored) or a
+    value of another type is one DataError naming the file, the memory and the key."""
+    if not isinstance(items, list):
+        raise DataError(path, "(file)", "memories", "expected a list of memories (or a "
+                        "mapping whose 'memories' is one)")
+    out = []
+    for k, m in enumerate(items):
+        if not isinstance(m, dict):
+            raise DataError(path, f"memory {k}", "(root)", "expected a mapping with string "
+                            "'id' and 'text' and an optional string 'date'")
+        record = f"memory {m['id']!r} (index {k})" if isinstance(m.get("id"), str) \
+            else f"memory {k}"
+        unknown = sorted(set(m) - set(MEMORY_KEYS))
+        if unknown:
+            raise DataError(path, record, unknown[0], f"not a key of a memory (keys: "
+                            f"{', '.join(MEMORY_KEYS)})")
+        for key in MEMORY_KEYS:
+            if (key != "date" or key in m) and not isinstance(m.get(key), str):
+                raise DataError(path, record, key, "missing" if key not in m else
+                                f"a string is expected, got {type(m[key]).__name__}")
+        out.append(Memory(m["id"], m["text"], m.get("date", "")))
+    check_memories(path, out)
+    return out
+
+
+def _remove_store(p: Path) -> None:
+    """Remove the store file ``p`` and the files SQLite keeps beside it (a store this call
+    created a moment ago; never through a link: :func:`engram_eval.io.remove_contained`)."""
+    for f in (p, *(Path(str(p) + x) for x in SQLITE_SIDE_SUFFIXES)):
+        remove_contained(f, p.parent, recursive=False, ignore_errors=True)
+
+
+def add_to_store(path: str | Path, engine: StoreEngine, memories: Sequence[Memory]
+                 ) -> tuple[int, int]:
+    """Add ``memories`` to the store at ``path``, created when absent; returns (added, now
+    stored). When the add fails, the error says what was kept: of an existing store, its
+    memories as before (nothing of this add); a store created for this add is removed again
+    (nothing was kept, so a retry starts afresh), never left empty as if the add had
+    happened."""
+    p = Path(path)
+    check_memories(p, memories)  # before a store is created
+    created = not p.exists() and not p.is_symlink()
+    store = MemoryStore.create(p, engine) if created else MemoryStore.open(p, engine)
+    try:
+        added = store.add(memories)
+        return added, len(store)
+    except BaseException as e:
+        store.close()
+        if not created:
+            raise
+        _remove_store(p)  # ours, absent a moment ago: never left empty as if added to
+        if not isinstance(e, StorageError):
+            raise
+        kept = (f"nothing was kept: the store, created for this add, was removed ({p} does "
+                "not exist); free space (or fix the file system) and run it again")
+        raise StorageError(p, f"{e.message.split(' (nothing of this add()')[0]}; {kept}",
+                           e.errno) from None
+    finally:
+        store.close()
 
 
 class StoreEngine(Protocol):
@@ -269,15 +362,7 @@ class MemoryStore:
     def add(self, memories: Sequence[Memory]) -> int:
         """Add memories (ids must be new and unique); returns how many were added."""
         ids = [m.id for m in memories]
-        seen: set[str] = set()
-        for m in memories:
-            if not m.id or m.id in seen:
-                raise DataError(self.path, f"memory {m.id!r}", "id",
-                                "memory ids must be non-empty and unique")
-            seen.add(m.id)
-            # a date the temporal step cannot read would be silently ignored: refused
-            read_date(self.path, f"memory {m.id!r}", "date", m.date, readable=True,
-                      instead="leave it empty for an undated memory")
+        check_memories(self.path, memories)
         with _reading(self.path):
             clash = [r[0] for r in self.conn.execute(
                 f"SELECT id FROM memories WHERE id IN ({','.join('?' * len(ids))})", ids)
@@ -318,7 +403,8 @@ class MemoryStore:
             yield
         except sqlite3.DatabaseError as e:  # disk full, read-only file system, ...
             raise StorageError(self.path, f"cannot write the memory store {self.path}: {e} "
-                               "(nothing of this add() was kept)") from None
+                               "(nothing of this add() was kept; the store holds what it "
+                               "held before)") from None
 
     # -- reading --------------------------------------------------------------------
     def memories(self) -> list[Memory]:

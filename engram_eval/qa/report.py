@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engram_eval.errors import ProvenanceError
+from engram_eval.io import printable
 
 SPLITS = ("found", "missed", "no gold")
 
@@ -76,7 +77,7 @@ def format_report(report: Mapping[str, Any]) -> str:
     rows = list(report["by_type"].items()) + [("all", {"n": report["n"],
                                                        "accuracy": report["overall_accuracy"]})]
     for t, v in rows:
-        line = f"{t:<28}{v['n']:>5}{_pct(v['accuracy']):>10}"
+        line = f"{printable(t):<28}{v['n']:>5}{_pct(v['accuracy']):>10}"
         if ev:
             cells = ev["overall"] if t == "all" else ev["by_type"][t]
             line += "".join(f"{_pct(cells[s]['accuracy']):>12} ({cells[s]['n']:>3})"

@@ -236,6 +236,45 @@ def model_settings_card(ref: ModelRef) -> tuple[dict[str, Any] | None, str]:
     return dict(settings), f"card:{ref.name}"
 
 
+#: The weight files a model directory holds (any of them, at any depth of its modules).
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".onnx")
+
+
+def model_dir_problem(directory: Path) -> str | None:
+    """Why ``directory``, given as a model, is not one (or None): it must hold a Hugging Face
+    ``config.json`` or a sentence-transformers ``modules.json`` at its top, as regular files,
+    and a weight file (:data:`_WEIGHT_SUFFIXES`) within two levels (a module's folder).
+    Checked before any file is hashed or the output claimed, so a directory such as ``/etc``
+    is one clear error rather than a loader's traceback after the run started."""
+    import stat
+
+    def regular(p: Path) -> bool:
+        try:
+            return stat.S_ISREG(os.stat(p).st_mode)
+        except OSError:
+            return False
+
+    if not any(regular(directory / n) for n in ("config.json", "modules.json")):
+        return "is not a model directory (no config.json or modules.json in it)"
+    for sub in (directory, *sorted(d for d in _subdirs(directory))):
+        try:
+            names = os.listdir(sub)
+        except OSError:
+            continue
+        if any(n.endswith(_WEIGHT_SUFFIXES) and regular(sub / n) for n in names):
+            return None
+    return ("holds no weight file (" + ", ".join(f"*{x}" for x in _WEIGHT_SUFFIXES)
+            + ") at its top or in a module folder")
+
+
+def _subdirs(directory: Path) -> list[Path]:
+    """The directories directly inside ``directory`` (unreadable: none)."""
+    try:
+        return [e for e in directory.iterdir() if e.is_dir() and not e.name.startswith(".")]
+    except OSError:
+        return []
+
+
 def resolve_model(name_or_path: str, role: str) -> ModelRef:
     """Resolve a model to files on disk, or raise :class:`ModelUnavailableError` saying how
     to provide it. Never downloads. A shipped model (:func:`shipped_models`, by name) is
@@ -244,6 +283,11 @@ def resolve_model(name_or_path: str, role: str) -> ModelRef:
         return _shipped(name_or_path, role)
     p = Path(name_or_path).expanduser()
     if p.is_dir():
+        problem = model_dir_problem(p)
+        if problem is not None:
+            raise ModelUnavailableError(f"{role} model {name_or_path!r}: {p} {problem}; give "
+                                        "a model directory (a config.json or modules.json "
+                                        "and weights) or a model name (nothing was written)")
         files, combined = hash_model_dir(p)
         return ModelRef(role, name_or_path, str(p.resolve()), "path", "local", files, combined)
     if name_or_path.lower() in BUNDLED_MINILM_NAMES:

@@ -29,15 +29,25 @@ Writing goes through one temporary directory beside the output, ``.OUT.merging/`
 (sidecar, summary, rows last; a link never overwrites) and the directory is removed. The
 directory is owned by the process holding the lock on its ``owner`` file (which records its
 pid); a merge killed mid-way (``kill -9``) leaves it unlocked, and the next merge into the
-same output removes it -- and any output file the killed merge had already linked into place,
-unless all three were -- and says so on stderr. A failure while writing (disk full, ...)
-removes it at once and leaves no output. Every removal stays inside the output's directory
-and never follows a symbolic link (:func:`engram_eval.io.remove_contained`); a symbolic link
-at an output path or at ``.OUT.merging`` (dangling or not) is refused before anything is done.
+same output removes it -- and the sidecar or summary the killed merge had already linked into
+place (the very files the directory holds under the same names; the rows, linked last, never
+are) -- and says so on stderr. A failure while writing (disk full, ...) removes it at once
+and leaves no output. Every removal stays inside the output's directory and never follows a
+symbolic link (:func:`engram_eval.io.remove_contained`); a symbolic link at an output path or
+at ``.OUT.merging`` (dangling or not) is refused before anything is done.
+
+A finished output is never removed: an existing rows file (a merge links it last, so one
+that exists is a finished result, whatever the temporary directory holds: a hard link to it
+left by a merge killed inside its release step, or put there by hand), or a sidecar or
+summary that is not the temporary directory's own file, is refused before anything is
+cleaned (:func:`refuse_existing_output`), and the cleanup checks it again under the lock. The
+``owner`` file must be a plain file with one name: a link there (symbolic, or a hard link
+whose truncation would empty another file) is one clear error and nothing is changed.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -58,6 +68,7 @@ from engram_eval.io import (
     describe_os_error,
     dump_json,
     is_storage_error,
+    link_problem,
     make_parent,
     refuse_links,
     remove_contained,
@@ -110,14 +121,47 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are two names of one file (never following a symbolic link:
+    a link in the temporary directory pointing at an output is not that output)."""
+    try:
+        return os.path.samestat(os.lstat(a), os.lstat(b))
+    except OSError:
+        return False
+
+
+def _half_published(out: Path, name: str) -> bool:
+    """Whether the output file ``name`` (``metadata.json`` or ``summary.json``) is what a
+    merge killed inside :meth:`Staging.publish` leaves: the very file its temporary
+    directory holds under that name, while the rows (linked last) are absent."""
+    return (name != "rows" and not os.path.lexists(out)
+            and _same_file(staging_dir(out) / name, _finals(out)[name]))
+
+
+def refuse_existing_output(out: Path) -> None:
+    """Refuse an existing output before anything is cleaned or written: one
+    ProvenanceError naming it, and nothing is changed (a stale temporary directory is left as
+    it is, and said). The only output files let through are a half-published sidecar and
+    summary (:func:`_half_published`), which the cleanup of the stale directory removes."""
+    for name in ("rows", "metadata.json", "summary.json"):  # the output itself first
+        final = _finals(out)[name]
+        if os.path.lexists(final) and not _half_published(out, name):
+            stage = staging_dir(out)
+            note = (f" (the temporary directory {stage} of an interrupted merge is left as it "
+                    "is; remove it by hand when no merge into this output runs)"
+                    if os.path.lexists(stage) else "")
+            raise ProvenanceError(already_exists(final) + "; nothing was changed" + note)
+
+
 class Staging:
     """The temporary directory of a merge into ``out`` (:func:`staging_dir`), held through an
     exclusive ``flock`` on its ``owner`` file, which records the holder's pid and host.
 
     :meth:`acquire` takes it; a directory left by a merge that is no longer running (its
-    lock free) is cleaned first: output files it had linked into place are removed unless
-    all three were (then the output is complete and kept), its temporary files are removed,
-    and ``echo`` says so. A live holder is refused. :meth:`publish` links the staged files
+    lock free) is cleaned first: a half-published sidecar and summary (:func:`_half_published`)
+    are removed, an existing output refused (:func:`refuse_existing_output`: a finished
+    output is never removed), its temporary files are removed, and ``echo`` says so. A live
+    holder is refused. :meth:`publish` links the staged files
     into place; :meth:`release` removes the directory."""
 
     def __init__(self, out: Path, echo: Callable[[str], None] = _stderr) -> None:
@@ -143,11 +187,9 @@ class Staging:
                 raise ProvenanceError(f"{self.dir}: the merge's temporary directory is a "
                                       "symbolic link or not a directory; remove it (nothing "
                                       "was changed)")
-            with storage_errors(self.dir, "create", RETRY_HINT, cls=StorageError):
-                try:
-                    fd = os.open(owner, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-                except FileNotFoundError:
-                    continue
+            fd = self._open_owner(owner)
+            if fd < 0:
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -166,24 +208,66 @@ class Staging:
         else:  # pragma: no cover - ten lost races in a row
             raise ProvenanceError(f"{self.dir}: could not take the merge's temporary directory")
         previous = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
-        self._clean_stale(previous)
+        try:
+            self._clean_stale(previous)
+        except BaseException:
+            self._drop()
+            raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         return self
+
+    def _open_owner(self, owner: Path) -> int:
+        """Open (or create) the ``owner`` file for the lock: a descriptor, or -1 when the
+        directory vanished under us (a finishing merge removed it). A symbolic link, a hard
+        link (another name of some file, which taking the lock would truncate) or anything
+        but a plain file there is one ProvenanceError, and nothing is changed."""
+        import stat
+
+        def refuse(what: str) -> ProvenanceError:
+            return ProvenanceError(f"{owner}: the merge's owner file {what}; it must be a plain "
+                                   f"file of its own (or absent): remove it, or the whole "
+                                   f"directory {self.dir} when no merge into {self.out} runs "
+                                   "(nothing was changed)")
+
+        problem = link_problem(owner)
+        if problem is not None:
+            raise refuse(problem)
+        with storage_errors(self.dir, "create", RETRY_HINT, cls=StorageError):
+            try:
+                fd = os.open(owner, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK,
+                             0o644)
+            except FileNotFoundError:
+                return -1
+            except IsADirectoryError:
+                raise refuse("is a directory") from None
+            except OSError as e:
+                if e.errno == errno.ELOOP:  # became a link between the check and the open
+                    raise refuse("is a symbolic link") from None
+                raise
+        st = os.fstat(fd)
+        why = (None if stat.S_ISREG(st.st_mode) else "is not a regular file") or (
+            f"is a hard link ({st.st_nlink} names of one file)" if st.st_nlink > 1 else None)
+        if why is not None:
+            os.close(fd)
+            raise refuse(why)
+        return fd
+
+    def _drop(self) -> None:
+        """Let go of the lock without removing anything."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def _clean_stale(self, previous: str) -> None:
         left = sorted(x for x in os.listdir(self.dir) if x != "owner")
         if not left:
             return
-        linked = []
-        for name, final in _finals(self.out).items():
-            try:
-                if os.path.samefile(self.dir / name, final):
-                    linked.append(final)
-            except OSError:
-                pass
+        refuse_existing_output(self.out)  # again, under the lock: a finished output stays
+        linked = [final for name, final in _finals(self.out).items()
+                  if _half_published(self.out, name)]
         who = f"({previous})" if previous else "(owner unknown)"
-        if linked and len(linked) < len(_STAGED):
+        if linked:
             for final in linked:
                 remove_contained(final, self.out.parent, recursive=False)
             self.echo(f"merge: removed {', '.join(map(str, linked))}: partly published by an "
@@ -263,7 +347,7 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
     revision instead of the installed package, as ``verify --sources-at``). ``echo``
     (default: stderr) receives the note about a stale temporary directory removed."""
     from engram_eval.retrieval.temporal import unparsable_date_counts, unparsable_dates
-    from engram_eval.scoring.summary import build_summary, gold_absent
+    from engram_eval.scoring.summary import build_summary, evidence_unresolved, gold_absent
 
     if not inputs:
         raise ProvenanceError("merge: give at least one shard result")
@@ -279,11 +363,9 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
                                 "'.metadata.json' to it)")
     # a link at an output (or at the temporary directory) is refused before anything else
     refuse_links(out, sidecar_path(out), summary_path(out), staging_dir(out))
+    refuse_existing_output(out)  # before any cleanup: a finished output is never removed
     if staging_dir(out).is_dir():  # left by an interrupted merge: clean it (or refuse)
         Staging(out, echo).acquire().release()
-    for p in (out, sidecar_path(out), summary_path(out)):
-        if p.exists():
-            raise ProvenanceError(already_exists(p))
     metas: list[dict[str, Any]] = []
     for path in inputs:
         meta = read_sidecar(path)
@@ -385,7 +467,10 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
                                 retriever=ref["config"]["retriever"], rows_sha256=digest,
                                 unparsable_dates=unparsable_date_counts(
                                     unparsable_dates(q) for q in selected),
-                                gold_absent_from_haystack=len(gold_absent(selected)))
+                                gold_absent_from_haystack=len(gold_absent(selected)),
+                                evidence_unresolved=(evidence_unresolved(selected)
+                                                     if ref["dataset_format"] == "locomo"
+                                                     else None))
         with _writing(sidecar_path(out)):
             atomic_write(staging.path("metadata.json"), meta_text(side))
         with _writing(summary_path(out)):

@@ -84,6 +84,8 @@ from engram_eval.scoring.summary import (
     DENOMINATORS,
     TABLE_METRICS,
     build_summary,
+    evidence_unresolved,
+    evidence_unresolved_message,
     format_summary,
     gold_absent_message,
     summarize_rows,
@@ -160,11 +162,13 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
     keys: dict[str, str] = {}  # question id -> question key, for the held-out guard
 
     absent_gold: dict[str, tuple[str, ...]] = {}  # question id -> answer ids not in haystack
+    no_gold: dict[str, list[str]] = {}  # LoCoMo question id -> evidence resolving to no turn
 
     def _observe(q: Any) -> None:
         keys[q.question_id] = key_of(q)
         if q.gold_absent:
             absent_gold[q.question_id] = q.gold_absent
+        no_gold.update(evidence_unresolved([q]))
         counts = unparsable_dates(q)
         if any(counts):
             bad_dates[q.question_id] = counts
@@ -182,6 +186,9 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
     absent = {i: absent_gold[i] for i in ids if i in absent_gold}
     if absent:  # never retrievable: scored as missed, which the user should know
         _log.warning("%s", gold_absent_message(dataset, absent))
+    unresolved = {i: no_gold[i] for i in ids if i in no_gold}
+    if unresolved:  # no gold: out of every denominator, which the user should know
+        _log.warning("%s", evidence_unresolved_message(dataset, unresolved))
     dates = unparsable_date_counts(bad_dates[i] for i in ids if i in bad_dates)
     if any(dates.values()):
         _log.warning("%s: %d question date(s) and %d session date(s) are not empty but "
@@ -233,7 +240,8 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
     try:
         return _loop(config, retriever, source, ids, protocols, meta, record,
                      started_wall=t_start, command=command, dates=dates, texts=texts,
-                     absent=len(absent))
+                     absent=len(absent),
+                     unresolved=unresolved if fmt == "locomo" else None)
     finally:
         record.close()
 
@@ -265,7 +273,8 @@ def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[s
           protocols: list[str], meta: dict[str, Any], record: RowRecord, *,
           started_wall: float, command: Sequence[str] | None,
           dates: dict[str, int] | None = None, texts: Mapping[str, str] | None = None,
-          absent: int | None = None) -> RunOutcome:
+          absent: int | None = None,
+          unresolved: Mapping[str, Sequence[str]] | None = None) -> RunOutcome:
     # One question at a time (a streamed second pass for LongMemEval), in selection order.
     done, output = record.done, record.output
     todo = replace_texts(source.iter_questions([i for i in ids if i not in done]), texts or {})
@@ -294,13 +303,14 @@ def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[s
             "model_stats": stats, **executor.describe()}
         scan = finish_rows(record, entry, finished=finished, ids=ids, required=REQUIRED_FIELDS)
     assert scan is not None
-    # unparsable_dates, gold_absent_from_haystack: from the dataset, not the rows (verify
-    # --dataset re-counts them)
+    # unparsable_dates, gold_absent_from_haystack, evidence_unresolved: from the dataset, not
+    # the rows (verify --dataset re-derives them)
     summary = build_summary(order_rows(scan.rows, ids), protocols, fingerprint=record.fingerprint,
                             dataset=meta["dataset"]["name"],
                             dataset_sha256=meta["dataset"]["sha256"],
                             retriever=config.retriever, rows_sha256=scan.sha256,
                             unparsable_dates=dates, gold_absent_from_haystack=absent,
+                            evidence_unresolved=unresolved,
                             frozen_source=meta.get("frozen_source"))
     with storage_errors(summary_path(output), "write", RESUME_HINT, cls=StorageError):
         atomic_write(summary_path(output), dump_json(summary))

@@ -44,7 +44,13 @@ from engram_eval.runs.reader import read_metadata, read_rows, read_summary
 from engram_eval.runs.row_checks import field_problems, trace_problems
 from engram_eval.runs.rows import order_rows
 from engram_eval.scoring import protocols as P
-from engram_eval.scoring.summary import GOLD_ABSENT, gold_absent, summarize_rows
+from engram_eval.scoring.summary import (
+    EVIDENCE_UNRESOLVED,
+    GOLD_ABSENT,
+    evidence_unresolved,
+    gold_absent,
+    summarize_rows,
+)
 
 OK, FAIL, NOT_CHECKED = "ok", "FAIL", "not checked"
 
@@ -359,6 +365,11 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
             if type(stored[GOLD_ABSENT]) is not int or stored[GOLD_ABSENT] != fresh_absent:
                 diffs.append(f"{GOLD_ABSENT} {stored[GOLD_ABSENT]!r} vs recounted from the "
                              f"dataset {fresh_absent!r}")
+        if questions and EVIDENCE_UNRESOLVED in stored:  # named from the dataset
+            fresh_unresolved = evidence_unresolved(questions[i] for i in ids if i in questions)
+            if stored[EVIDENCE_UNRESOLVED] != fresh_unresolved:
+                diffs.append(f"{EVIDENCE_UNRESOLVED} {stored[EVIDENCE_UNRESOLVED]!r} vs "
+                             f"re-derived from the dataset {fresh_unresolved!r}")
         if stored.get("fingerprint") != meta["fingerprint"]:
             diffs.append("summary fingerprint differs from the sidecar's")
         for key, want in (("dataset", meta["dataset"]["name"]),

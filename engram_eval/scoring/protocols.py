@@ -60,6 +60,7 @@ from typing import Any
 
 from engram_eval.data.records import Question, Session, has_user_evidence
 from engram_eval.errors import ConfigError
+from engram_eval.io import printable
 from engram_eval.scoring.metrics import KS, mean_metrics, question_metrics, reference_entry_metrics
 
 __all__ = [
@@ -277,7 +278,7 @@ def format_table(summary: ProtocolSummary, metric_names: Sequence[str]) -> str:
 
     rows: list[list[str]] = [["type", "n", *names]]
     for qtype, (count, m) in sorted(summary.by_type.items()):
-        rows.append([qtype, str(count), *(cell(m, name) for name in names)])
+        rows.append([printable(str(qtype)), str(count), *(cell(m, name) for name in names)])
     rows.append(
         ["overall", str(summary.n), *(cell(summary.metrics, name) for name in names)]
     )

@@ -24,6 +24,8 @@ from engram_eval.scoring import protocols as P
 from engram_eval.scoring.protocols import default_protocols
 from engram_eval.scoring.summary import (
     GOLD_ABSENT,
+    evidence_unresolved,
+    evidence_unresolved_message,
     gold_absent,
     gold_absent_message,
     summarize_rows,
@@ -116,6 +118,9 @@ def _score(ranks: Mapping[str, list[str]], questions: Sequence[Question], protoc
     absent = gold_absent(questions)
     if absent:  # never retrievable, by any system: said, as `engram-eval run` says it
         _log.warning("%s", gold_absent_message(dataset, absent))
+    unresolved = evidence_unresolved(questions)
+    if unresolved:  # no gold, out of every denominator: named, as `engram-eval run` does
+        _log.warning("%s", evidence_unresolved_message(dataset, unresolved))
     if missing and strict:
         raise DataError(source, f"question_id={missing[0]}", "question_id",
                         f"no ranking for {len(missing)} question(s) of the dataset")

@@ -8,8 +8,9 @@ questions got each temporal-parsing status). The runner also gives ``unparsable_
 (``question_date`` / ``session_dates`` that are not empty but cannot be parsed, over the
 selected questions) and ``gold_absent_from_haystack`` (how many selected questions name
 answer session ids that are not in their haystack: :func:`gold_absent_message`), both
-counted from the dataset rather than the rows, and, for a run under a frozen manifest,
-``frozen_source``. :data:`SUMMARY_FIELDS` lists every key; summaries written before a key
+counted from the dataset rather than the rows, for a LoCoMo run ``evidence_unresolved``
+(the selected items whose evidence names no turn, by question id with their raw evidence:
+:func:`evidence_unresolved`), and, for a run under a frozen manifest, ``frozen_source``. :data:`SUMMARY_FIELDS` lists every key; summaries written before a key
 existed simply lack it (``verify`` re-derives a key only when it is there).
 """
 
@@ -87,7 +88,7 @@ def temporal_windows(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 #: summary to (a key outside it was not written by the package).
 SUMMARY_FIELDS = ("fingerprint", "dataset", "dataset_sha256", "retriever", "n_questions",
                   "rows_sha256", "protocols", "temporal_windows", "unparsable_dates",
-                  "gold_absent_from_haystack", "frozen_source")
+                  "gold_absent_from_haystack", "evidence_unresolved", "frozen_source")
 #: The summary key (and ``engram-eval score``'s count) of questions whose answer session ids
 #: are not all in their haystack.
 GOLD_ABSENT = "gold_absent_from_haystack"
@@ -112,13 +113,48 @@ def gold_absent_message(dataset: str | Path, absent: Mapping[str, Sequence[str]]
             f"answer_session_ids ({GOLD_ABSENT} in the summary)")
 
 
+#: The summary key (and ``engram-eval score``'s) naming the selected LoCoMo items whose
+#: evidence resolves to no turn of their conversation (:func:`evidence_unresolved`).
+EVIDENCE_UNRESOLVED = "evidence_unresolved"
+
+
+def evidence_unresolved(questions: Iterable[Question]) -> dict[str, list[str]]:
+    """``{question id: its raw evidence}`` over ``questions`` for the LoCoMo items (those
+    with an ``evidence`` list) whose evidence resolves to no turn of their conversation: an
+    empty list, ``"D99:1"`` (no such turn), ``"D1-3"`` (not a turn id). They have no gold,
+    so every LoCoMo protocol leaves them out of its denominator; like the gold-absent case of
+    LongMemEval they are named, never only counted."""
+    out: dict[str, list[str]] = {}
+    for q in questions:
+        evidence = q.get_extra("evidence")
+        if isinstance(evidence, tuple | list) and not q.answer_session_ids:
+            out[q.question_id] = [str(e) for e in evidence]
+    return out
+
+
+def evidence_unresolved_message(dataset: str | Path,
+                                items: Mapping[str, Sequence[str]]) -> str:
+    """The one warning naming the items of :func:`evidence_unresolved` (``""`` when none):
+    the first five by question id with their raw evidence, and the count."""
+    if not items:
+        return ""
+    shown = "; ".join(f"{qid} {list(ev)!r}" for qid, ev in list(items.items())[:5])
+    more = f" and {len(items) - 5} more" if len(items) > 5 else ""
+    return (f"{dataset}: {len(items)} selected QA item(s) have evidence that resolves to no "
+            f"turn of their conversation ({shown}{more}); they have no gold and are left out "
+            f"of every locomo protocol's denominator (listed in the summary's "
+            f"{EVIDENCE_UNRESOLVED})")
+
+
 def build_summary(rows: Sequence[Mapping[str, Any]], protocols: Sequence[str], *,
                   fingerprint: str, dataset: str, dataset_sha256: str, retriever: str,
                   rows_sha256: str, unparsable_dates: Mapping[str, int] | None = None,
                   gold_absent_from_haystack: int | None = None,
+                  evidence_unresolved: Mapping[str, Sequence[str]] | None = None,
                   frozen_source: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The summary file's content (see the module docstring); ``unparsable_dates`` and
-    ``gold_absent_from_haystack`` (counted from the dataset by the runner and by merge) and
+    ``gold_absent_from_haystack`` and ``evidence_unresolved`` (from the dataset, by the
+    runner and by merge) and
     ``frozen_source`` (the sidecar's record of a frozen manifest) are written when given."""
     out = {"fingerprint": fingerprint, "dataset": dataset, "dataset_sha256": dataset_sha256,
            "retriever": retriever, "n_questions": len(rows), "rows_sha256": rows_sha256,
@@ -127,6 +163,8 @@ def build_summary(rows: Sequence[Mapping[str, Any]], protocols: Sequence[str], *
         out["unparsable_dates"] = dict(unparsable_dates)
     if gold_absent_from_haystack is not None:
         out[GOLD_ABSENT] = int(gold_absent_from_haystack)
+    if evidence_unresolved is not None:
+        out[EVIDENCE_UNRESOLVED] = {k: list(v) for k, v in evidence_unresolved.items()}
     if frozen_source is not None:
         out["frozen_source"] = dict(frozen_source)
     return out

@@ -676,7 +676,9 @@ def test_completely_published_stale_merge_is_kept(
     stage = _stale(out, linked=("metadata.json", "summary.json", "rows"))
     rc, _, err = cli_run(_merge_argv(shards, out), capsys)
     assert rc == 2 and "already exists" in err  # the finished output is never removed
-    assert not stage.exists() and out.is_file() and sidecar_path(out).is_file()
+    # refused before any cleanup (issue 43): the directory is left as it is, and said
+    assert stage.is_dir() and str(stage) in err
+    assert out.is_file() and sidecar_path(out).is_file()
 
 
 def test_live_merge_is_not_disturbed(shards: list[Path], tmp_path: Path,

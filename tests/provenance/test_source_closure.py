@@ -276,6 +276,7 @@ def fake_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A model directory that resolves (and hashes) without being loaded."""
     d = tmp_path_factory.mktemp("fake-model")
     (d / "config.json").write_text("{}")
+    (d / "model.safetensors").write_bytes(b"not loaded")  # a model directory holds weights
     return str(d)
 
 
