@@ -9,10 +9,16 @@ from typing import Any
 
 from engram_eval.io import already_exists
 from engram_eval.provenance.sidecar import sidecar_path
-from engram_eval.retrieval.flags import count_int, finite_float, output_file, seed_int
+from engram_eval.retrieval.flags import (
+    count_int,
+    finite_float,
+    output_file,
+    positive_float,
+    seed_int,
+)
 
 __all__ = ["add_sidecar_arg", "check_free", "count_int", "finite_float", "output_file",
-           "seed_int"]
+           "positive_float", "seed_int"]
 
 
 def add_sidecar_arg(p: Any) -> None:
