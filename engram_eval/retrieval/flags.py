@@ -1,4 +1,10 @@
-"""Command-line options generated from a settings dataclass's fields.
+"""The package's argument parser and option types, and command-line options generated
+from a settings dataclass's fields.
+
+:class:`ArgumentParser` is the one parser class of every command line (the package, its
+benchmarks and scripts): no abbreviated options, no value of an unknown option echoed.
+The option types (:func:`finite_float`, :func:`positive_float`, :func:`int_at_least`,
+:func:`output_file`) turn a bad value into one usage error naming the option.
 
 Every field declared with :func:`engram_eval.retrieval.settings._f` carries its help text,
 group, choices and whether it is settable on the command line (``cli``) or hidden (test-only).
