@@ -15,7 +15,6 @@ build plus the scoring of the question (LongMemEval) or of ``--locomo-queries`` 
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -33,7 +32,7 @@ from rank_bm25 import BM25Okapi  # noqa: E402
 from engram_eval.data.records import assistant_document, has_chat_roles, user_turns  # noqa: E402
 from engram_eval.retrieval.analyzer import WORD, Analyzer  # noqa: E402
 from engram_eval.retrieval.bm25 import SparseOkapi  # noqa: E402
-from engram_eval.retrieval.flags import output_file  # noqa: E402
+from engram_eval.retrieval.flags import ArgumentParser, output_file  # noqa: E402
 
 
 def _median_s(fn: Callable[[], Any], repeats: int) -> float:
@@ -114,7 +113,7 @@ def measure(name: str, docs: Sequence[str], queries: Sequence[str], analyzer: An
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p = ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--lme", help="LongMemEval JSON(.gz)")
     p.add_argument("--locomo", help="locomo10.json")
     p.add_argument("--questions", type=int, default=3)

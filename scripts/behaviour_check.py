@@ -504,7 +504,8 @@ def compare(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
+    # not the package's ArgumentParser: this script imports no code of its own checkout
+    p = argparse.ArgumentParser(description=__doc__, allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     pr = sub.add_parser("produce", help="run every combination with ROOT's code into DIR")

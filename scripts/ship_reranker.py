@@ -14,17 +14,17 @@ weights). Refuses an existing NAME.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 from engram_eval.analysis.ship_reranker import ship, ship_settings_version
+from engram_eval.retrieval.flags import ArgumentParser
 from engram_eval.retrieval.models import SHIPPED_ROOT
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    ap = ArgumentParser(description=__doc__.strip().splitlines()[0])
     ap.add_argument("args", nargs="+", metavar="MODEL_DIR TRAINING_CARD NAME | NAME")
     ap.add_argument("--weights-from", help="a shipped model: NAME is a settings-only version")
     ap.add_argument("--version", required=True)

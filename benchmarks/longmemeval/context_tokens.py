@@ -14,7 +14,6 @@ exports with their sha256 and fingerprints.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from engram_eval.io import dump_json, exclusive_write  # noqa: E402
 from engram_eval.qa.context import read_context  # noqa: E402
 from engram_eval.qa.tokens import token_stats  # noqa: E402
-from engram_eval.retrieval.flags import output_file  # noqa: E402
+from engram_eval.retrieval.flags import ArgumentParser, output_file  # noqa: E402
 
 GENERATOR = "benchmarks/longmemeval/context_tokens.py"
 
@@ -71,7 +70,7 @@ def statistics(exports: list[Path]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("exports", nargs="+", type=Path)
     ap.add_argument("--output", required=True, type=output_file)
     args = ap.parse_args(argv)

@@ -11,7 +11,6 @@ windows, and how many windows had to be halved to fit the token limit. Writes JS
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -21,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engram_eval.io import exclusive_write, sha256_file  # noqa: E402
 from engram_eval.retrieval.dense import user_pieces, word_windows  # noqa: E402
-from engram_eval.retrieval.flags import output_file  # noqa: E402
+from engram_eval.retrieval.flags import ArgumentParser, output_file  # noqa: E402
 from engram_eval.retrieval.holder import token_counter  # noqa: E402
 from engram_eval.retrieval.models import resolve_model  # noqa: E402
 from engram_eval.runs.config import RunConfig  # noqa: E402
@@ -29,7 +28,7 @@ from engram_eval.runs.runner import load_questions  # noqa: E402
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = ArgumentParser(description=__doc__)
     ap.add_argument("dataset")
     ap.add_argument("--output", required=True, type=output_file,
                     help="measurement JSON (must not exist)")

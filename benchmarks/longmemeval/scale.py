@@ -38,7 +38,7 @@ from typing import Any
 
 import _scale_common as common
 
-from engram_eval.retrieval.flags import output_file
+from engram_eval.retrieval.flags import ArgumentParser, output_file
 
 STREAM_READER = """
 def main(path):
@@ -123,7 +123,7 @@ def _plot(table: dict[str, Any], path: str) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
+    ap = ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dataset")
     ap.add_argument("--output", required=True, type=output_file, help="table JSON (must not exist)")

@@ -12,7 +12,6 @@ a scratch directory; the measurement JSON is written (exclusively) to ``--output
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -25,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from engram_eval.retrieval.flags import output_file  # noqa: E402
+from engram_eval.retrieval.flags import ArgumentParser, output_file  # noqa: E402
 
 #: Peak RSS of THIS process image, in bytes. On Linux ``VmHWM`` from /proc/self/status: the
 #: high-water mark of the memory map created by exec. ``getrusage().ru_maxrss`` is not used
@@ -88,7 +87,7 @@ def one_pass(name: str, data: str, out_dir: Path, cache: Path, extra: list[str])
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = ArgumentParser(description=__doc__)
     ap.add_argument("dataset")
     ap.add_argument("--output", required=True, type=output_file,
                     help="measurement JSON (must not exist)")

@@ -27,7 +27,7 @@ from typing import Any
 
 import _scale_common as common
 
-from engram_eval.retrieval.flags import output_file
+from engram_eval.retrieval.flags import ArgumentParser, output_file
 
 PASSES: dict[str, list[str]] = {
     "memo-lexical": ["--retriever", "memo-lexical"],
@@ -42,7 +42,7 @@ def _row_seconds(rows: Path) -> list[float]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
+    ap = ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--longmemeval", help="LongMemEval file (e.g. the S development split)")
     ap.add_argument("--locomo", help="LoCoMo file")

@@ -32,7 +32,7 @@ import _scale_common as common
 from speed_variants import _paired  # the paired metrics of a variant against its baseline
 
 from engram_eval.retrieval.cache import CACHE_FILE
-from engram_eval.retrieval.flags import output_file
+from engram_eval.retrieval.flags import ArgumentParser, output_file
 
 PASSES = {"rerank-onnx-fp32": ("onnx", "fp32"), "rerank-onnx-int8": ("onnx", "int8"),
           "rerank-torch-fp32": ("sentence_transformers", "fp32"),
@@ -58,7 +58,7 @@ def _prepare(cache: Path, embedding_model: str, reranker: tuple[str, str, str] |
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
+    ap = ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dataset")
     ap.add_argument("--output", required=True, type=output_file,

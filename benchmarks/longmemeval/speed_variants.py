@@ -31,7 +31,7 @@ from typing import Any
 import _scale_common as common
 
 from engram_eval.retrieval.cache import CACHE_FILE
-from engram_eval.retrieval.flags import output_file
+from engram_eval.retrieval.flags import ArgumentParser, output_file
 
 VARIANTS = {"torch-fp32": ("sentence_transformers", "fp32"), "onnx-fp32": ("onnx", "fp32"),
             "onnx-int8": ("onnx", "int8"), "torch-bf16": ("sentence_transformers", "bf16")}
@@ -59,7 +59,7 @@ def _paired(base: Path, other: Path, protocol: str = "answerable") -> dict[str, 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
+    ap = ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dataset")
     ap.add_argument("--output", required=True, type=output_file,

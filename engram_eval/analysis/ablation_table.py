@@ -26,7 +26,7 @@ from typing import Any
 
 from engram_eval.errors import EngramEvalError
 from engram_eval.io import write_or_print
-from engram_eval.retrieval.flags import output_file
+from engram_eval.retrieval.flags import ArgumentParser, output_file
 
 #: The runs in table order (others follow, sorted by name).
 ORDER = ["flat_bm25", "bm25_only", "dense_only", "hybrid_rrf_landed", "hybrid_default",
@@ -123,7 +123,7 @@ def render(d: Path, label: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap = ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("directory", nargs="?", default="results/longmemeval_s_dev")
     ap.add_argument("legacy_label", nargs="?", default="", help=argparse.SUPPRESS)
     ap.add_argument("--label", default="", help="what the dataset is (e.g. 'development "

@@ -26,7 +26,6 @@ derived-file sidecar) gives every candidate's pooled means, per fold n, and the 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -37,7 +36,7 @@ from typing import Any
 from engram_eval.errors import EngramEvalError, ProvenanceError
 from engram_eval.io import atomic_write, dump_json, sha256_file
 from engram_eval.provenance.derived import write_derived_sidecar
-from engram_eval.retrieval.flags import output_file
+from engram_eval.retrieval.flags import ArgumentParser, output_file
 from engram_eval.runs.reader import FinishedRun, read_run
 from engram_eval.scoring.summary import summarize_rows
 
@@ -178,7 +177,7 @@ def format_choice(report: dict[str, Any], objective: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap = ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--candidate", nargs="+", action="append", required=True,
                     metavar=("NAME", "RUN"), help="a name and its fold runs")
     ap.add_argument("--objective", default=DEFAULT_OBJECTIVE,

@@ -88,7 +88,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +104,15 @@ CLUSTER_UNIT = "cluster (question id prefix before ':')"
 SIGN_FLIP_EXACT_MAX = 16  # clusters up to which every sign vector is enumerated
 SIGN_FLIP_DRAWS = 100000  # Monte-Carlo sign vectors above that
 SIGN_FLIP_TOL = 1e-12
+#: Most bootstrap replicates a comparison draws (``--bootstrap``): ten times the default.
+#: At 10000 the Monte-Carlo error of an interval's ends is already far below their
+#: distance; each replicate costs time (in every group) and memory for its deltas, so a
+#: larger count is refused rather than run for hours or out of memory.
+MAX_BOOTSTRAP = 100_000
+#: Draw counts held at once (replicates x units): the draws are made in batches of this many
+#: cells from the one generator, so memory does not grow with ``n_boot`` times ``n`` and
+#: the replicates are the same as from one draw of ``(n_boot, n)``.
+BATCH_CELLS = 1 << 21
 
 
 def is_binary_metric(name: str) -> bool:
@@ -136,17 +145,23 @@ def bootstrap_deltas(diffs: Any, n_boot: int, seed: int) -> Any:
 
     d = np.asarray(diffs, dtype=float)
     # counts[r, i] = how often question i was drawn in replicate r; mean = counts @ d / n
-    return draw_counts(d.shape[0], n_boot, seed) @ d / d.shape[0]
+    return np.vstack([c @ d / d.shape[0] for c in draw_counts(d.shape[0], n_boot, seed)])
 
 
-def draw_counts(n: int, n_boot: int, seed: int) -> Any:
-    """``(n_boot, n)`` float array: how often each of ``n`` units is drawn in each replicate,
-    from exactly ``default_rng(seed).integers(0, n, size=(n_boot, n))``."""
+def draw_counts(n: int, n_boot: int, seed: int) -> Iterator[Any]:
+    """The ``(n_boot, n)`` array of how often each of ``n`` units is drawn in each
+    replicate, from exactly ``default_rng(seed).integers(0, n, size=(n_boot, n))``, as
+    float arrays of consecutive replicates (rows) of at most :data:`BATCH_CELLS` cells
+    (one row at least): the same draws, in bounded memory."""
     import numpy as np
 
-    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
-    flat = (idx + (np.arange(n_boot) * n)[:, None]).ravel()
-    return np.bincount(flat, minlength=n_boot * n).reshape(n_boot, n).astype(float)
+    rng = np.random.default_rng(seed)
+    step = max(1, BATCH_CELLS // max(1, n))
+    for first in range(0, n_boot, step):
+        b = min(step, n_boot - first)
+        idx = rng.integers(0, n, size=(b, n))
+        flat = (idx + (np.arange(b) * n)[:, None]).ravel()
+        yield np.bincount(flat, minlength=b * n).reshape(b, n).astype(float)
 
 
 def percentile_interval(replicates: Any, alpha: float) -> Any:
@@ -189,8 +204,8 @@ def cluster_bootstrap_deltas(sums: Any, sizes: Any, n_boot: int, seed: int) -> A
     import numpy as np
 
     s = np.asarray(sums, dtype=float)
-    counts = draw_counts(s.shape[0], n_boot, seed)
-    return (counts @ s) / (counts @ np.asarray(sizes, dtype=float))[:, None]
+    n = np.asarray(sizes, dtype=float)
+    return np.vstack([(c @ s) / (c @ n)[:, None] for c in draw_counts(s.shape[0], n_boot, seed)])
 
 
 def sign_flip_test(sums: Any, seed: int, *, n_flip: int = SIGN_FLIP_DRAWS,
@@ -290,6 +305,18 @@ def check_comparable(a: FinishedRun, b: FinishedRun, protocol: str) -> None:
                                   "the runs")
 
 
+def check_bootstrap(n_boot: int) -> None:
+    """One :class:`ConfigError` when ``n_boot`` is not a count from 1 to
+    :data:`MAX_BOOTSTRAP` (the bound stated)."""
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
+        raise ConfigError(f"--bootstrap must be an integer >= 1 (got {n_boot!r})")
+    if n_boot > MAX_BOOTSTRAP:
+        raise ConfigError(f"--bootstrap {n_boot} is more replicates than the limit of "
+                          f"{MAX_BOOTSTRAP} (ten times the default 10000, whose intervals "
+                          "are already stable to far below their width); time and memory "
+                          "grow with the count")
+
+
 def compare_runs(a: FinishedRun, b: FinishedRun, *, protocol: str = "answerable",
                  metrics: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
                  segments: int = 5, segment_by: str = "hash", alpha: float = 0.05,
@@ -302,8 +329,7 @@ def compare_runs(a: FinishedRun, b: FinishedRun, *, protocol: str = "answerable"
     if cluster not in CLUSTER_MODES:
         raise ConfigError(f"--cluster must be one of {', '.join(CLUSTER_MODES)}, "
                           f"got {cluster!r}")
-    if n_boot < 1:
-        raise ConfigError("--bootstrap must be >= 1")
+    check_bootstrap(n_boot)
     if segments < 1:
         raise ConfigError("--segments must be >= 1")
     if segment_size is not None and segment_size < 1:

@@ -17,14 +17,13 @@ this module with the same arguments.)
 
 from __future__ import annotations
 
-import argparse
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from engram_eval.io import write_or_print
-from engram_eval.retrieval.flags import output_file
+from engram_eval.retrieval.flags import ArgumentParser, output_file
 from engram_eval.runs.reader import read_run
 
 #: The signals every table lists (any other traced signal follows, sorted).
@@ -99,7 +98,7 @@ def misses_markdown(result: str | Path, protocol: str | None = None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap = ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("result", help="X.jsonl or X.jsonl.gz (sidecar X.metadata.json beside it)")
     ap.add_argument("--protocol", default=None,
                     help="default: the run's first protocol (answerable / locomo)")

@@ -9,10 +9,34 @@ from typing import Any
 
 from engram_eval.io import already_exists
 from engram_eval.provenance.sidecar import sidecar_path
-from engram_eval.retrieval.flags import count_int, finite_float, output_file, seed_int
+from engram_eval.retrieval.flags import (
+    count_int,
+    finite_float,
+    output_file,
+    positive_float,
+    seed_int,
+)
 
-__all__ = ["add_sidecar_arg", "check_free", "count_int", "finite_float", "output_file",
-           "seed_int"]
+__all__ = ["add_sidecar_arg", "bootstrap_count", "check_free", "count_int", "finite_float", "output_file",
+           "positive_float", "seed_int"]
+
+
+def bootstrap_count(text: str) -> int:
+    """``argparse`` type of ``--bootstrap``: a count from 1 to
+    :data:`engram_eval.analysis.compare.MAX_BOOTSTRAP`; anything else is one usage error
+    stating the bound, before any run is read."""
+    from engram_eval.analysis.compare import check_bootstrap
+    from engram_eval.errors import ConfigError
+
+    value = count_int(text)
+    try:
+        check_bootstrap(value)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--bootstrap ")) from None
+    return value
+
+
+bootstrap_count.__name__ = "integer"
 
 
 def add_sidecar_arg(p: Any) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from engram_eval.cli._common import (
     add_sidecar_arg,
+    bootstrap_count,
     check_free,
     finite_float,
     output_file,
@@ -37,7 +38,8 @@ def add_compare(sub: Any) -> None:
     c.add_argument("--protocol", default=None,
                    help="default: answerable (LongMemEval) or locomo (LoCoMo rows)")
     c.add_argument("--metrics", nargs="+", help="metric names (default: every stored metric)")
-    c.add_argument("--bootstrap", type=int, default=10000, help="bootstrap resamples")
+    c.add_argument("--bootstrap", type=bootstrap_count, default=10000,
+                   help="bootstrap resamples (default 10000, at most 100000)")
     c.add_argument("--seed", type=seed_int, default=0)
     c.add_argument("--alpha", type=finite_float, default=0.05, help="1 - confidence level")
     c.add_argument("--segments", type=int, default=5)

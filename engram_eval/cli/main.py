@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from engram_eval.errors import EngramEvalError
+from engram_eval.retrieval.flags import ArgumentParser
 from engram_eval.retrieval.models import set_offline_env
 
 # The commands live in one module per group: cli.runs (run, merge, compress), cli.audit
@@ -39,7 +40,7 @@ def commands() -> dict[str, Command]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="engram-eval", description=__doc__)
+    parser = ArgumentParser(prog="engram-eval", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     for add_parser, _ in commands().values():
@@ -53,7 +54,7 @@ def _redact_logs(args: argparse.Namespace) -> None:
     request's URL, user info included, at INFO) must not carry a secret to the terminal."""
     import os
 
-    from engram_eval.qa.client import RedactingFilter
+    from engram_eval.qa.secrets import RedactingFilter
 
     key_env = getattr(args, "api_key_env", None)
     secret = os.environ.get(key_env) if isinstance(key_env, str) else None

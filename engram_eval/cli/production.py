@@ -25,7 +25,13 @@ from typing import Any
 
 from engram_eval.errors import EngramEvalError
 from engram_eval.io import NotRegularFileError, UnsafePathError
-from engram_eval.retrieval.flags import count_int, finite_float, output_file, seed_int
+from engram_eval.retrieval.flags import (
+    ArgumentParser,
+    count_int,
+    finite_float,
+    output_file,
+    seed_int,
+)
 
 #: The settings groups that get options (every group of ProductionSettings but runtime).
 SETTINGS_GROUPS = {
@@ -366,7 +372,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     as ``engram-eval``, without loading the other command groups."""
     from engram_eval.retrieval.models import set_offline_env
 
-    parser = argparse.ArgumentParser(prog=prog or "engram-eval production",
+    parser = ArgumentParser(prog=prog or "engram-eval production",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_subcommands(parser.add_subparsers(dest="production_command", required=True))

@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import Any
 
-from engram_eval.cli._common import finite_float, output_file, seed_int
+from engram_eval.cli._common import finite_float, output_file, positive_float, seed_int
 
 
 def add_export_context(sub: Any) -> None:
@@ -39,10 +39,41 @@ def cmd_export_context(args: argparse.Namespace) -> int:
     return 0
 
 
+def base_url(text: str) -> str:
+    """``argparse`` type of ``--base-url``: a URL :func:`engram_eval.qa.secrets.
+    check_base_url` accepts (no credential in it); else one usage error that does not quote
+    it."""
+    from engram_eval.qa.secrets import base_url_problem
+
+    why = base_url_problem(text)
+    if why is not None:
+        raise argparse.ArgumentTypeError(
+            f"{why} (the URL is not printed: it may hold a credential)")
+    return text
+
+
+base_url.__name__ = "URL"
+
+
+def key_env(text: str) -> str:
+    """``argparse`` type of ``--api-key-env``: the name of an environment variable; a key
+    given there by mistake is one usage error that does not quote it."""
+    from engram_eval.qa.secrets import key_env_problem
+
+    why = key_env_problem(text)
+    if why is not None:
+        raise argparse.ArgumentTypeError(why)
+    return text
+
+
+key_env.__name__ = "variable name"
+
+
 def _endpoint_args(p: Any) -> None:
-    p.add_argument("--base-url", required=True,
-                   help="OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
+    p.add_argument("--base-url", required=True, type=base_url,
+                   help="OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1 (no "
+                   "credential in it: user info or a query is refused)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR", type=key_env,
                    help="environment variable holding the API key (default OPENAI_API_KEY; "
                    "the key is never taken from a flag or written anywhere)")
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight (default 4)")
@@ -51,7 +82,9 @@ def _endpoint_args(p: Any) -> None:
                    "malformed replies (default 6)")
     p.add_argument("--backoff", type=finite_float, default=1.0,
                    help="seconds before the first retry, doubled each time (default 1)")
-    p.add_argument("--timeout", type=finite_float, default=300.0, help="seconds per request")
+    p.add_argument("--timeout", type=positive_float, default=300.0,
+                   help="seconds per request, in all: a reply not complete by then is a "
+                   "timeout (retried as a connection failure; default 300)")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run after verifying its sidecar and rows")
     p.add_argument("--no-progress", action="store_true")
@@ -80,7 +113,7 @@ def add_answer(sub: Any) -> None:
 
 def cmd_answer(args: argparse.Namespace) -> int:
     from engram_eval.qa.answer import AnswerConfig, answer
-    from engram_eval.qa.client import public_argv
+    from engram_eval.qa.secrets import public_argv
 
     config = AnswerConfig(base_url=args.base_url, model=args.model,
                           temperature=args.temperature, max_tokens=args.max_tokens,
@@ -109,8 +142,8 @@ def add_judge(sub: Any) -> None:
 
 
 def cmd_judge(args: argparse.Namespace) -> int:
-    from engram_eval.qa.client import public_argv
     from engram_eval.qa.judge import JudgeConfig, judge
+    from engram_eval.qa.secrets import public_argv
 
     config = JudgeConfig(base_url=args.base_url, judge_model=args.judge_model,
                          max_tokens=args.max_tokens, concurrency=args.concurrency,

@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from engram_eval.cli._common import add_sidecar_arg, check_free, output_file, seed_int
+from engram_eval.cli._common import (
+    add_sidecar_arg,
+    bootstrap_count,
+    check_free,
+    output_file,
+    seed_int,
+)
 from engram_eval.provenance.sources import derived_sources
 
 
@@ -41,8 +47,8 @@ def add_report(sub: Any) -> None:
                    "commits")
     r.add_argument("--note", metavar="TEXT", help="a line shown under the title, as text "
                    "(e.g. what the dataset is: 'a development split of LongMemEval_S')")
-    r.add_argument("--bootstrap", type=int, default=10000, help="comparison: bootstrap "
-                   "resamples (default 10000, as compare)")
+    r.add_argument("--bootstrap", type=bootstrap_count, default=10000, help="comparison: "
+                   "bootstrap resamples (default 10000, at most 100000, as compare)")
     r.add_argument("--seed", type=seed_int, default=0, help="comparison: bootstrap seed")
     r.add_argument("--cluster", choices=("question", "id-prefix"), default="question",
                    help="comparison: unit of resampling and testing (as compare --cluster)")

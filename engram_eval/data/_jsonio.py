@@ -13,7 +13,9 @@ held elsewhere (:func:`parse_json_text`: a database value). The contract, for ea
   a line of JSON lines is bounded the same way (:data:`MAX_LINE_BYTES`);
 * nesting (:data:`MAX_DEPTH`) and string length (:data:`MAX_STRING_CHARS`) are checked
   before anything is returned; Python's recursion limit is never reached by a caller
-  (a ``RecursionError`` of the parser is caught and located);
+  (a ``RecursionError`` of the parser is caught and located); a dataset's string over the
+  limit is refused while it is read, once the limit is passed (:class:`_RunWatch`), not
+  after a parser has built it;
 * a key given twice in one object (``{"question": "a", "question": "b"}``) is refused, not
   resolved by "the last wins" (:func:`duplicate_key_reason`), on the whole-file and the
   streaming paths alike;
@@ -77,6 +79,9 @@ MAX_LINE_BYTES = 256 * 2**20
 BYTES_PER_CHAR = 6
 UTF8_BOM = b"\xef\xbb\xbf"
 _CHUNK = 1 << 20
+#: A run of more bytes than this without a ``"`` (a long string still open) is held back
+#: from the streaming parser until it closes or is refused (:class:`_StreamGuard`).
+HOLD_BYTES = 1 << 20
 
 
 def is_gzip(path: str | Path) -> bool:
@@ -205,31 +210,71 @@ def open_capped(path: str | Path, limit: int, what: str = "") -> Iterator[Capped
         reader.close()
 
 
-class _RunWatch:
-    """Watches the bytes of a JSON text, block by block, for a run of more than
-    ``MAX_STRING_CHARS * BYTES_PER_CHAR`` bytes without a ``"``: a string over the limit (or
-    a value no real file holds), found while reading, before a parser holds it whole.
+#: Bytes that continue a UTF-8 character (``10xxxxxx``): the others each start one.
+_CONTINUATION = bytes(range(0x80, 0xC0))
 
-    A run inside one block is shorter than the block and only runs that reach a block's
-    edge are measured: two ``find`` calls per block."""
+
+class _RunWatch:
+    """Watches the bytes of a JSON text, block by block, for a run without a ``"`` that
+    holds more than ``MAX_STRING_CHARS`` characters: a string over the limit (or a value no
+    real file holds), found while reading, as soon as the limit is passed -- before a
+    parser builds the string (which costs the string's whole size in memory and time).
+
+    A run's characters are counted from below, without decoding: each byte that starts a
+    UTF-8 character is one, less :data:`BYTES_PER_CHAR` per backslash (an escape spends at
+    most that many bytes per backslash on one character: ``\\uXXXX``). So a run of plain
+    text is refused once it holds ``MAX_STRING_CHARS`` characters, and one dense with escapes
+    at the latest after ``MAX_STRING_CHARS * BYTES_PER_CHAR`` bytes. A ``"`` right after a
+    backslash (an escaped quote) does not end a run, so scattering ``\\"`` through a
+    string does not hide it. Only runs that reach a block's edge are measured (a run inside
+    one block is shorter than the block): a few passes in C per block."""
 
     def __init__(self) -> None:
         self.offset = 0  # bytes seen
         self.start = 0  # where the open run (after the last '"') starts
+        self.leads = 0  # bytes of the open run that start a character
+        self.slashes = 0  # backslashes in the open run
+        self.slash_edge = False  # the last block ended with a backslash
+
+    def open_run(self) -> int:
+        """Bytes since the last ``"`` seen (the run still open)."""
+        return self.offset - self.start
+
+    def _add(self, part: bytes) -> None:
+        self.leads += len(part.translate(None, _CONTINUATION))
+        self.slashes += part.count(b"\\")
+
+    def _over(self, run: int) -> bool:
+        return (run > MAX_STRING_CHARS * BYTES_PER_CHAR
+                or self.leads - BYTES_PER_CHAR * self.slashes > MAX_STRING_CHARS)
 
     def over(self, block: bytes) -> int:
-        """Take the next block; the length of a run over the limit, else 0."""
-        limit = MAX_STRING_CHARS * BYTES_PER_CHAR
-        first = block.find(b'"')
+        """Take the next block; the length in bytes of a run over the limit, else 0."""
+        first, last = block.find(b'"'), block.rfind(b'"')
+        if self._escaped(block, first) or self._escaped(block, last):
+            quotes = block.replace(b'\\"', b"\\_")  # escaped quotes end no run
+            if self.slash_edge and quotes[:1] == b'"':
+                quotes = b"_" + quotes[1:]
+            first, last = quotes.find(b'"'), quotes.rfind(b'"')
+        self.slash_edge = block.endswith(b"\\")
         end = self.offset + len(block)
-        if first < 0:
-            longest = end - self.start
-        else:
-            longest = self.offset + first - self.start
-            if longest <= limit:
-                self.start = self.offset + block.rfind(b'"') + 1
+        self._add(block if first < 0 else block[:first])
+        run = (end if first < 0 else self.offset + first) - self.start
+        if self._over(run):
+            self.offset = end
+            return run
+        if first >= 0:
+            self.start = self.offset + last + 1
+            self.leads = self.slashes = 0
+            self._add(block[last + 1:])
         self.offset = end
-        return longest if longest > limit else 0
+        return 0
+
+    def _escaped(self, block: bytes, at: int) -> bool:
+        """Whether the ``"`` at ``at`` (-1: none) follows a backslash."""
+        if at < 0:
+            return False
+        return block[at - 1] == 0x5C if at > 0 else self.slash_edge
 
 
 #: A ``\uXXXX`` escape of a UTF-16 surrogate (``D800``-``DFFF``), from its backslash; whether
@@ -353,8 +398,8 @@ def read_capped_bytes(path: str | Path, limit: int, *, what: str = "",
     """The (decompressed) bytes of ``path``, a UTF-8 byte order mark dropped.
 
     More than ``limit`` bytes is one :class:`InputError`, raised while reading. So is a run
-    of more than ``MAX_STRING_CHARS * BYTES_PER_CHAR`` bytes without a ``"`` (a string over
-    :data:`MAX_STRING_CHARS`, or a value no real file holds; :class:`_RunWatch`), raised as
+    without a ``"`` of more than :data:`MAX_STRING_CHARS` characters (a string over the
+    limit, or a value no real file holds; :class:`_RunWatch`), raised as
     soon as it is read and naming the record and field it starts in (``id_key`` as for
     :func:`read_json`)."""
     parts: list[bytes] = []
@@ -416,8 +461,8 @@ def _run_error(path: Path, prefix: bytes, run: int, id_key: str | None) -> Input
     record, field = _position(prefix, id_key)
     return InputError(path, record, field,
                       f"a string (or value) longer than {MAX_STRING_CHARS} characters: "
-                      f"{run} bytes from byte {len(prefix)} hold no '\"'; refusing to read "
-                      "further")
+                      f"the {run} bytes from byte {len(prefix)} hold more, and no closing "
+                      "'\"'; refusing to read further")
 
 
 def parse_json_text(path: str | Path, text: str | bytes, record: str = FILE_RECORD, *,
@@ -554,9 +599,9 @@ def _ijson() -> Any:
 
 
 class _StreamGuard:
-    """A stream for ``ijson`` that refuses, while reading, a run of more than
-    ``MAX_STRING_CHARS * BYTES_PER_CHAR`` bytes without a ``"`` (:class:`_RunWatch`; ijson
-    builds a string whole before handing it over; ``tripped`` says so), a lone surrogate
+    """A stream for ``ijson`` that refuses, while reading, a run without a ``"`` that holds
+    more than ``MAX_STRING_CHARS`` characters (:class:`_RunWatch`; ijson builds a string
+    whole before handing it over; ``tripped`` says so), a lone surrogate
     escape (:class:`_SurrogateWatch`; ``lone`` is its offset) and a byte that is not UTF-8
     (:class:`_Utf8Watch`; ``bad`` is its offset), the last two judged before ijson is given
     the bytes, in the order :func:`json_text` judges a whole file. Once one is found,
@@ -567,6 +612,7 @@ class _StreamGuard:
         self._watch = _RunWatch()
         self._surrogates = _SurrogateWatch()
         self._utf8 = _Utf8Watch()
+        self._ready = bytearray()  # judged clean, not yet handed to ijson
         self.tripped = False
         self.bad = -1
 
@@ -587,7 +633,14 @@ class _StreamGuard:
         return self._surrogates.lone
 
     def read(self, n: int = -1) -> bytes:
+        """Up to ``n`` bytes judged clean. While the text ends in a run longer than
+        :data:`HOLD_BYTES` without a ``"`` (a long string still open), its bytes are held
+        back and more is read: ijson re-reads a string that spans its reads from the start
+        at every read (time quadratic in the string), so a string over the limit is refused
+        here before ijson has seen it, and one under it is handed over when it closes."""
         while not self.tripped and self.lone < 0 and self.bad < 0:
+            if self._ready and self._watch.open_run() <= HOLD_BYTES:
+                return self._take(n)
             block = self._f.read(n)
             if self._watch.over(block):
                 self.tripped = True
@@ -597,10 +650,17 @@ class _StreamGuard:
                 self._surrogates.finish(block, bad)
                 self.bad = -1 if self.lone >= 0 else bad
                 break
-            clean = self._surrogates.feed(block)
-            if clean or not block:
-                return clean
+            self._ready += self._surrogates.feed(block)
+            if not block:  # the end: all that is left
+                return self._take(n)
         return b""
+
+    def _take(self, n: int) -> bytes:
+        """The first ``n`` (all when < 0) ready bytes, removed."""
+        size = len(self._ready) if n < 0 else n
+        out = bytes(self._ready[:size])
+        del self._ready[:size]
+        return out
 
 
 def iter_list_items(path: str | Path, id_key: str | None = None) -> Iterator[Any]:
@@ -665,9 +725,8 @@ def iter_list_items(path: str | Path, id_key: str | None = None) -> Iterator[Any
             raise _located(p, f.stopped_at, f.reason, id_key)
         if f.tripped:
             raise InputError(p, f"index {index}", ROOT_FIELD,
-                             f"a string (or value) longer than {MAX_STRING_CHARS} characters: "
-                             f"more than {MAX_STRING_CHARS * BYTES_PER_CHAR} bytes hold no "
-                             "'\"'; refusing to read further")
+                             f"a string (or value) longer than {MAX_STRING_CHARS} characters, "
+                             "with no closing '\"' yet; refusing to read further")
     if too_deep:
         locate_limit_violation(p, id_key)
         raise InputError(p, FILE_RECORD, ROOT_FIELD,  # pragma: no cover - located above

@@ -3,15 +3,22 @@ official ``openai`` client (``base_url``), with this package's retry policy.
 
 * The API key is read from an environment variable (``OPENAI_API_KEY`` unless told
   otherwise) and only handed to the client: it is never written to a file, a log, a sidecar
-  or an error message (:func:`redact` scrubs every message that leaves this module, since a
-  server may echo what it was sent). A server that needs no key still needs the variable set
-  (any value, e.g. ``EMPTY``), so a forgotten key is never silently sent as nothing.
+  or an error message (:func:`engram_eval.qa.secrets.redact` scrubs every text that leaves
+  this module -- replies, error bodies -- since a server may echo what it was sent, also
+  split by invisible characters or cut short). A server that needs no key still needs the
+  variable set (any value, e.g. ``EMPTY``), so a forgotten key is never silently sent as
+  nothing. A ``--base-url`` holding a credential (user info, a query) is refused
+  (:func:`engram_eval.qa.secrets.check_base_url`).
+* Each request has a total deadline (``timeout`` seconds, however slowly the server sends)
+  and a reply size cap (:data:`MAX_REPLY_BYTES`, counted while reading), both enforced by
+  the HTTP client of :mod:`engram_eval.qa.bounded_http`.
 * Rate limits (429), server errors (5xx), connection failures and timeouts, and malformed
   replies (no choice, no text, a body that is not a completion) are retried with exponential
   backoff and jitter (honouring ``Retry-After``) up to ``RetryPolicy.attempts``; then the
   run stops with the last error.
 * A refused key (401/403) stops at once with a clear :class:`AuthError`; other client errors
-  (400, 404: a wrong model name or URL) stop at once too.
+  (400, 404: a wrong model name or URL) stop at once too, and so does a reply over the size
+  cap or compressed (it would be again).
 
 ``openai`` is imported lazily (an optional extra: ``pip install 'engram-eval[qa]'``).
 """
@@ -19,18 +26,18 @@ official ``openai`` client (``base_url``), with this package's retry policy.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from engram_eval.errors import ConfigError, EngramEvalError
+from engram_eval.qa.secrets import check_base_url, key_env_problem, public_url, redact
 
 _log = logging.getLogger(__name__)
 
@@ -93,7 +100,11 @@ def load_openai() -> Any:
 
 
 def api_key_from_env(var: str = DEFAULT_KEY_ENV) -> str:
-    """The key in ``$var``; a ConfigError naming the variable (never a value) when unset."""
+    """The key in ``$var``; a ConfigError naming the variable (never a value) when unset,
+    or when ``var`` is no variable name (the key itself, given by mistake: not quoted)."""
+    why = key_env_problem(var)
+    if why is not None:
+        raise ConfigError(f"--api-key-env {why}")
     key = os.environ.get(var)
     if not key:
         raise ConfigError(f"no API key: set the environment variable {var} (the key is read "
@@ -102,89 +113,13 @@ def api_key_from_env(var: str = DEFAULT_KEY_ENV) -> str:
     return key
 
 
-def redact(text: str, secret: str | None) -> str:
-    """``text`` with every occurrence of ``secret`` replaced by ``[redacted]``, also where
-    whitespace (a line break, a wrap) was put inside it. Redact before truncating or
-    re-spacing a message: a cut or re-spaced key would no longer match."""
-    if not secret:
-        return text
-    text = text.replace(secret, "[redacted]")
-    if len(secret) >= 8:  # a key broken by whitespace somewhere inside it
-        pattern = r"\s*".join(re.escape(ch) for ch in secret)
-        text = re.sub(pattern, "[redacted]", text)
-    return text
-
-
 #: The longest reply text kept (characters); a longer reply is malformed (retried, then an
 #: error), so a runaway server cannot fill memory or the output file.
 MAX_REPLY_CHARS = 200_000
-
-
-def public_argv(argv: Sequence[str]) -> list[str]:
-    """A command line as a sidecar may record it: every URL argument (``--base-url URL`` or
-    ``--base-url=URL`` or any ``scheme://`` word) without user info, query or fragment."""
-    out = []
-    for arg in argv:
-        head, eq, tail = arg.partition("=") if arg.startswith("--") else ("", "", arg)
-        if "://" in tail:
-            tail = _without_credentials(tail)
-        out.append(head + eq + tail)
-    return out
-
-
-def _without_credentials(url: str) -> str:
-    """``url`` with scheme, host, port and path only (no user info, query or fragment)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-#: A URL inside free text (a log line): a scheme, ``://`` and what follows up to a space or
-#: a quote.
-_URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
-
-
-def public_text(text: str, secret: str | None = None) -> str:
-    """``text`` with every URL in it stripped of user info, query and fragment
-    (:func:`public_url`'s rule) and ``secret`` redacted (:func:`redact`): what a log line
-    may carry. A library's own log lines are not this package's messages -- the HTTP client
-    logs every request's full URL at INFO, credentials included -- so the command line
-    passes every record through :class:`RedactingFilter`."""
-    def clean(m: re.Match[str]) -> str:
-        try:
-            return _without_credentials(m.group())
-        except ValueError:  # not a URL urlsplit can take apart (a bad port, ...)
-            return m.group().split("://", 1)[0] + "://[redacted]"
-
-    return _URL_IN_TEXT.sub(clean, redact(text, secret))
-
-
-class RedactingFilter(logging.Filter):
-    """A handler filter that rewrites every record with :func:`public_text` (URLs without
-    credentials, the API key redacted) before it is formatted; installed by the command line
-    (:mod:`engram_eval.cli.main`), the one place logging is configured."""
-
-    def __init__(self, secret: str | None = None) -> None:
-        super().__init__()
-        self.secret = secret
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        clean = public_text(message, self.secret)
-        if clean != message:
-            record.msg, record.args = clean, None
-        return True
-
-
-def public_url(url: str) -> str:
-    """``url`` without user info, query or fragment (what a sidecar may record)."""
-    parts = urlsplit(url)
-    if not parts.scheme or not parts.netloc:
-        raise ConfigError(f"--base-url {url!r}: expected an http(s) URL such as "
-                          "http://127.0.0.1:8000/v1")
-    return _without_credentials(url).rstrip("/")
+#: The most bytes of one HTTP reply read (counted while reading, :mod:`.bounded_http`): a
+#: longer reply stops the run at once, so a runaway server cannot fill memory. A reply of
+#: ``MAX_REPLY_CHARS`` characters, each escaped in JSON, fits.
+MAX_REPLY_BYTES = 8 * 2**20
 
 
 @dataclass(frozen=True)
@@ -255,17 +190,26 @@ class ChatClient:
     def __init__(self, base_url: str, settings: ChatSettings, *, key_env: str = DEFAULT_KEY_ENV,
                  retry: RetryPolicy | None = None, timeout: float = 300.0,
                  sleep: Callable[[float], None] = time.sleep) -> None:
+        if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+            raise ConfigError(f"--timeout must be a positive number of seconds (got {timeout})")
+        check_base_url(base_url)  # before anything else: no credential in the URL
         openai = load_openai()
+        from engram_eval.qa.bounded_http import ReplyRefused, bounded_client
+
         self._openai = openai
+        self._refused = ReplyRefused
         self._key = api_key_from_env(key_env)
         self.key_env = key_env
+        check_base_url(base_url, self._key)
         self.base_url = public_url(base_url)
         self.settings = settings
         self.retry = retry or RetryPolicy()
+        self.timeout = float(timeout)
         self.counters = Counters()
         self._sleep = sleep
-        self._client = openai.OpenAI(api_key=self._key, base_url=base_url, max_retries=0,
-                                     timeout=timeout)
+        self._client = openai.OpenAI(api_key=self._key, base_url=self.base_url, max_retries=0,
+                                     timeout=timeout,
+                                     http_client=bounded_client(self.timeout, MAX_REPLY_BYTES))
 
     def describe(self) -> dict[str, Any]:
         """The endpoint as a sidecar records it: URL without credentials, the name of the key
@@ -328,7 +272,13 @@ class ChatClient:
                         f"{self.base_url} answered HTTP {e.status_code} for model "
                         f"{self.settings.model!r}{' (' + what + ')' if what else ''}: "
                         f"{self._message(e)}; stopping") from None
-            except (o.APITimeoutError, o.APIConnectionError) as e:
+            except self._refused as e:  # too large or compressed: it would be again
+                raise EndpointError(f"{self.base_url}{' (' + what + ')' if what else ''}: "
+                                    f"{e}; stopping") from None
+            except o.APITimeoutError:
+                cause, last = "connection", (f"no complete reply within {self.timeout:g} s "
+                                             "(--timeout, for the whole request)")
+            except o.APIConnectionError as e:
                 cause, last = "connection", f"{type(e).__name__}: {self._message(e)}"
             except (MalformedReply, o.APIResponseValidationError, ValueError, TypeError) as e:
                 cause, last = "malformed_reply", f"malformed reply: {self._message(e)}"

@@ -1,4 +1,10 @@
-"""Command-line options generated from a settings dataclass's fields.
+"""The package's argument parser and option types, and command-line options generated
+from a settings dataclass's fields.
+
+:class:`ArgumentParser` is the one parser class of every command line (the package, its
+benchmarks and scripts): no abbreviated options, no value of an unknown option echoed.
+The option types (:func:`finite_float`, :func:`positive_float`, :func:`int_at_least`,
+:func:`output_file`) turn a bad value into one usage error naming the option.
 
 Every field declared with :func:`engram_eval.retrieval.settings._f` carries its help text,
 group, choices and whether it is settable on the command line (``cli``) or hidden (test-only).
@@ -22,6 +28,48 @@ from dataclasses import fields
 from typing import Any
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """The package's argument parser: every command line of the package, its benchmarks and
+    scripts is built with it (``tests/cli/test_no_abbrev.py`` checks), subcommands included
+    (``add_subparsers`` makes them of the parent's class).
+
+    * Long options are never abbreviated (``allow_abbrev=False``): ``--api-key sk-...``
+      is an unknown option, not ``--api-key-env`` with a key for its value.
+    * An unknown option is named without its value (``--api-key=...`` and the word after
+      ``--api-key`` are not printed: they may be a secret typed by mistake)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {unknown_arguments(extras)}")
+        return parsed
+
+
+def unknown_arguments(extras: list[str]) -> str:
+    """The unknown arguments ``extras`` as an error names them: an option by its name only
+    (its ``=value`` and the word after it are not shown), any other word as it is."""
+    out: list[str] = []
+    hidden = 0
+    after_option = False
+    for word in extras:
+        if word.startswith("-") and len(word) > 1:
+            name, eq, _ = word.partition("=")
+            out.append(name)
+            hidden += bool(eq)
+            after_option = not eq
+        elif after_option:
+            hidden += 1
+            after_option = False
+        else:
+            out.append(word)
+    shown = " ".join(out)
+    return shown + (f" ({hidden} value(s) not shown: they may hold a secret)" if hidden else "")
+
+
 def finite_float(text: str) -> float:
     """``argparse`` type of a float option: a finite number; NaN and infinities are one
     usage error naming the option (argparse adds it)."""
@@ -32,6 +80,18 @@ def finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return value
+
+
+def positive_float(text: str) -> float:
+    """``argparse`` type of a float option that must be above zero (a number of seconds):
+    a finite number > 0; anything else is one usage error naming the option."""
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number above 0")
+    return value
+
+
+positive_float.__name__ = "positive number"
 
 
 def int_at_least(lo: int, what: str = "the value") -> Callable[[str], int]:
