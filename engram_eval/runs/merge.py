@@ -385,7 +385,8 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
                                 retriever=ref["config"]["retriever"], rows_sha256=digest,
                                 unparsable_dates=unparsable_date_counts(
                                     unparsable_dates(q) for q in selected),
-                                gold_absent_from_haystack=len(gold_absent(selected)))
+                                gold_absent_from_haystack=len(gold_absent(selected)),
+                                heldout_questions=ref.get("heldout_questions"))
         with _writing(sidecar_path(out)):
             atomic_write(staging.path("metadata.json"), meta_text(side))
         with _writing(summary_path(out)):
