@@ -276,10 +276,10 @@ def _part_pairs(part_p: Path, run: str | Path, s: TrainSettings
     marker = refuse_heldout(part_p)
     part_sha = sha256_file(part_p)
     finished = read_run(run, require_sidecar=True)
-    refuse_heldout_run(finished.metadata, run, "a reranker is trained on a tuning part only")
     if finished.dataset_sha256 != part_sha:
         raise ProvenanceError(f"{run}: was made on data with sha256 {finished.dataset_sha256}, "
                               f"not on {part_p} ({part_sha}); train on the run of this part")
+    refuse_heldout_run(finished.metadata, run, "a reranker is trained on a tuning part only")
     _, questions = load_questions(part_p)
     left_out: list[str] = []
     if s.exclude_shard:
