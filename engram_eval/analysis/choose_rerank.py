@@ -36,6 +36,7 @@ from typing import Any
 from engram_eval.errors import EngramEvalError, ProvenanceError
 from engram_eval.io import atomic_write, dump_json, sha256_file
 from engram_eval.provenance.derived import write_derived_sidecar
+from engram_eval.provenance.guard import refuse_heldout_run
 from engram_eval.retrieval.flags import ArgumentParser, output_file
 from engram_eval.runs.reader import FinishedRun, read_run
 from engram_eval.scoring.summary import summarize_rows
@@ -125,6 +126,8 @@ def choose(candidates: Sequence[tuple[str, Sequence[Path]]], objective: Sequence
         seen: set[str] = set()
         for p in paths:
             run = read_run(p, within_selection=True)
+            refuse_heldout_run(run.metadata, p, "the rerank blend is chosen on tuning parts "
+                               "only")
             runs.append(run)
             dataset = dataset or run.dataset()
             if run.dataset_sha256 != dataset["sha256"]:

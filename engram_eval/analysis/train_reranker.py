@@ -270,6 +270,7 @@ def _part_pairs(part_p: Path, run: str | Path, s: TrainSettings
                 ) -> tuple[list[Pair], dict[str, Any], dict[str, Any], list[str]]:
     """One part's checks and pairs: (pairs, counts, card entry, left-out ids)."""
     from engram_eval.data.datasets import load_questions
+    from engram_eval.provenance.guard import refuse_heldout_run
     from engram_eval.runs.reader import read_run
 
     marker = refuse_heldout(part_p)
@@ -278,6 +279,7 @@ def _part_pairs(part_p: Path, run: str | Path, s: TrainSettings
     if finished.dataset_sha256 != part_sha:
         raise ProvenanceError(f"{run}: was made on data with sha256 {finished.dataset_sha256}, "
                               f"not on {part_p} ({part_sha}); train on the run of this part")
+    refuse_heldout_run(finished.metadata, run, "a reranker is trained on a tuning part only")
     _, questions = load_questions(part_p)
     left_out: list[str] = []
     if s.exclude_shard:

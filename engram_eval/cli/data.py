@@ -1,5 +1,6 @@
-"""Commands that make datasets: ``split`` (deterministic tuning/held-out split) and
-``make-stress`` (a synthetic stress set with padded haystacks)."""
+"""Commands that make datasets: ``split`` (deterministic tuning/held-out split),
+``heldout list|forget`` (the held-out parts ``split`` registered, and forgetting one on the
+record) and ``make-stress`` (a synthetic stress set with padded haystacks)."""
 
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ def cmd_split(args: argparse.Namespace) -> int:
         print(f"  {name}: {path} ({part['n_records']} records, {part['n_questions']} "
               f"questions; {types}) sha256 {part['sha256']}")
     print(f"manifest {out.manifest_path}")
-    print(f"held-out part registered in {registry}")
+    print(f"held-out part registered in {registry} (`engram-eval heldout list` shows it; "
+          "`engram-eval heldout forget PART --reason TEXT` forgets it, on the record)")
     return 0
 
 
@@ -97,4 +99,78 @@ def cmd_make_stress(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"split": (add_split, cmd_split), "make-stress": (add_make_stress, cmd_make_stress)}
+def add_heldout(sub: Any) -> None:
+    h = sub.add_parser("heldout", help="see and forget the held-out parts `split` registered "
+                       "in the user's held-out registry")
+    hs = h.add_subparsers(dest="heldout_command", required=True)
+    hs.add_parser("list", help="every registered part (file, hashes, split manifests, when "
+                  "registered), the parts forgotten (when, why) and the held-out parts other "
+                  "records hold")
+    f = hs.add_parser("forget", help="stop holding out a registered part (recorded in the "
+                      "registry with the time and the reason; no file is deleted)")
+    f.add_argument("part", metavar="PART", help="the part's file, or its key as `heldout "
+                   "list` shows it (the sha256, or at least its first 8 hex digits)")
+    f.add_argument("--reason", required=True, help="why the part is no longer held out "
+                   "(recorded)")
+
+
+def _other_parts() -> list[str]:
+    """Held-out parts known from records other than the registry (split manifests, markers
+    and ledgers under the search roots): `heldout forget` does not apply to them."""
+    from engram_eval.provenance.heldout import heldout_parts
+
+    return [f"{part.sha256}  {part.name}\n  listed in {', '.join(part.where)}"
+            for part in heldout_parts().values() if not part.registered]
+
+
+def cmd_heldout(args: argparse.Namespace) -> int:
+    from engram_eval.provenance import registry as R
+
+    if args.heldout_command == "forget":
+        return _forget(args)
+    reg = R.registry_path()
+    parts = R.registered_parts()
+    print(f"held-out registry {reg}: {len(parts)} registered part(s)"
+          + ("" if os.path.lexists(reg) else " (no registry file yet)"))
+    for p in parts:
+        print("\n".join(p.lines()))
+    gone = R.forgotten_entries()
+    if gone:
+        print(f"forgotten: {len(gone)} part(s) (the registry's 'forgotten' list)")
+        for g in gone:
+            print(f"  {str(g.get('key'))[:16]}…  {g.get('file')}  forgotten "
+                  f"{g.get('forgotten_at')}: {g.get('reason')}")
+    other = _other_parts()
+    print(f"held out by other records (split manifests, markers and ledgers under "
+          f"results/, fixtures/production/ and $ENGRAM_EVAL_HELDOUT_ROOTS; `heldout forget` "
+          f"does not apply): {len(other)} part(s)")
+    for line in other:
+        print(line)
+    return 0
+
+
+def _forget(args: argparse.Namespace) -> int:
+    from engram_eval.provenance.guard import forget_part
+    from engram_eval.provenance.heldout import heldout_parts
+
+    done = forget_part(args.part, args.reason)
+    p = done.part
+    print(f"forgot held-out part {p.file} (sha256 {p.key}), registered "
+          f"{p.registered_at or '(time not recorded)'}"
+          + "".join(f", split manifest {m}" for m in p.manifests))
+    print(f"recorded in {done.registry} (its 'forgotten' list, {done.forgotten_at}): "
+          f"{done.reason}")
+    print("no file was deleted; copies of the part and the file it was split from are no "
+          "longer held out by the registry")
+    for m in done.markers:
+        print(f"note: the split marker {m} still marks "
+              f"{m.name.removesuffix('.split.json')} itself as held out (it runs only under a "
+              "frozen manifest); remove that split directory to stop it")
+    still = heldout_parts().get(p.key)
+    if still is not None:
+        print(f"note: still held out by {', '.join(still.where)} (not the registry)")
+    return 0
+
+
+COMMANDS = {"split": (add_split, cmd_split), "heldout": (add_heldout, cmd_heldout),
+            "make-stress": (add_make_stress, cmd_make_stress)}

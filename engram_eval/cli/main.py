@@ -1,4 +1,4 @@
-"""Command line: ``engram-eval run|verify|score|export|...|export-context|answer|judge|production``.
+"""Command line: ``engram-eval run|verify|score|export|...|heldout|answer|judge|production``.
 
 Only this module configures logging and process-wide settings (offline mode for the
 Hugging Face libraries, torch threads); the library never does so at import.
@@ -18,14 +18,16 @@ from engram_eval.retrieval.models import set_offline_env
 
 # The commands live in one module per group: cli.runs (run, merge, compress), cli.audit
 # (verify, score, export, trec), cli.analysis (compare, analyze, plot, tune, train-reranker,
-# train-encoder, confidence-study), cli.data (split, make-stress), cli.qa (export-context, answer, judge),
+# train-encoder, confidence-study), cli.data (split, heldout, make-stress), cli.qa (export-context,
+# answer, judge),
 # cli.report (report), cli.production (production store|search|run|calibrate|sweep|...). Each exposes
 # COMMANDS = {name: (add_parser, handler)}.
 Command = tuple[Callable[[Any], None], Callable[[argparse.Namespace], int]]
 
 #: The subcommands in the order ``engram-eval --help`` lists them.
-ORDER = ("run", "verify", "score", "export", "compress", "split", "compare", "plot", "analyze",
-         "trec", "make-stress", "merge", "tune", "train-reranker", "train-encoder", "confidence-study",
+ORDER = ("run", "verify", "score", "export", "compress", "split", "heldout", "compare", "plot",
+         "analyze", "trec", "make-stress", "merge", "tune", "train-reranker", "train-encoder",
+         "confidence-study",
          "export-context", "answer", "judge", "report", "production")
 
 

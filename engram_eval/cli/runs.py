@@ -64,6 +64,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"fingerprint {out.fingerprint}")
     print(f"dataset {out.summary['dataset']} sha256 {out.summary['dataset_sha256']}")
     print(format_summary(out.summary))
+    label = out.summary.get("heldout_questions")
+    if label:
+        print(f"labelled: {label['label']} ({label['n_heldout_questions']} of its "
+              f"{label['n_questions']} questions are from the held-out {label['heldout_part']}; "
+              "commands that choose settings refuse this run; `engram-eval heldout list` "
+              "shows the registered parts)")
     return 0
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -319,18 +320,32 @@ def heldout_marker(dataset: str | Path) -> dict[str, Any] | None:
     return None if found is None else found[1]
 
 
+@dataclass(frozen=True)
+class BenchmarkGate:
+    """What :func:`benchmark_gate` decided: ``frozen_source``, what the sidecar and summary
+    record under that key (None when no manifest is involved); ``heldout_questions``, the
+    label of a run of a split's source (:func:`engram_eval.provenance.guard.source_label`,
+    recorded under :data:`engram_eval.provenance.guard.LABEL_FIELD`; None otherwise)."""
+
+    frozen_source: dict[str, Any] | None
+    heldout_questions: dict[str, Any] | None = None
+
+
 def benchmark_gate(meta: Mapping[str, Any], dataset: str | Path, *,
                    frozen_source: str | Path | None = None, freeze_to: str | Path | None = None,
                    record: bool = True, output: str = "",
                    ledger: str | Path | None = None,
                    heldout_ids: Sequence[str] | None = None,
-                   question_keys: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+                   question_keys: Mapping[str, str] | None = None,
+                   replaced_keys: Mapping[str, str] | None = None) -> BenchmarkGate:
     """Frozen-source checks of a benchmark run, before any model is loaded.
 
     * ``freeze_to``: write the manifest there (exclusive) and return its record;
     * the held-out guard first (:func:`engram_eval.provenance.guard.gate_heldout`; links
-      resolved): a file holding held-out questions without being the held-out part (a
-      subset, a mixture) is refused, frozen manifest or not;
+      resolved; ``replaced_keys``: the question keys with the texts of ``--questions FILE``):
+      a file holding held-out questions without being the held-out part (a subset, a
+      mixture) is refused, frozen manifest or not -- except the file a split was made from,
+      which runs labelled (``heldout_questions``);
     * a held-out part refuses to run without ``frozen_source``: by its split marker (beside
       the file or its link target), or by its content matching a held-out part the package
       knows, whatever its name, place or compression, or by holding exactly its questions
@@ -340,16 +355,20 @@ def benchmark_gate(meta: Mapping[str, Any], dataset: str | Path, *,
     * ``frozen_source``: refuse unless it matches (every difference named); for a held-out
       part, record the run in the ledger (``record``) or only read the label.
 
-    Returns what the sidecar and summary record under ``frozen_source`` (None when no
-    manifest is involved)."""
-    from engram_eval.provenance.guard import gate_heldout
+    Returns a :class:`BenchmarkGate`."""
+    from engram_eval.provenance.guard import gate_heldout, source_label
 
-    finding = gate_heldout(dataset, ledger=ledger, keys=question_keys, ids=heldout_ids)
+    finding = gate_heldout(dataset, ledger=ledger, keys=question_keys, ids=heldout_ids,
+                           replaced=replaced_keys, label_source=True)
+    label = None
+    if finding is not None and not finding.whole:  # a split's source: runs, labelled
+        label, finding = source_label(finding), None
     manifest = benchmark_manifest(meta, dataset)
     if freeze_to is not None:
         freeze(freeze_to, manifest)
-        return {"frozen_to": str(freeze_to), "manifest_fingerprint": manifest["fingerprint"],
-                "source_fingerprint": manifest["source_fingerprint"]}
+        return BenchmarkGate({"frozen_to": str(freeze_to),
+                              "manifest_fingerprint": manifest["fingerprint"],
+                              "source_fingerprint": manifest["source_fingerprint"]}, label)
     held = None if finding is None else finding.marker
     match = None if finding is None or held is not None else finding.match
     if finding is not None and frozen_source is None:
@@ -357,19 +376,19 @@ def benchmark_gate(meta: Mapping[str, Any], dataset: str | Path, *,
             f"{finding.describe()}; it runs only under a frozen manifest: freeze one first "
             "(--validate-only --freeze-source MANIFEST), then pass --frozen-source MANIFEST")
     if frozen_source is None:
-        return None
+        return BenchmarkGate(None, label)
     frozen_doc = check_frozen(frozen_source, manifest)
-    if held is None and match is None:
-        label = NOT_HELDOUT
+    if finding is None:
+        run_label = NOT_HELDOUT
     else:
         lpath = ledger or default_ledger()
         key = match.key if match is not None else frozen_doc["input"]["sha256"]
-        label = (ledger_record(lpath, frozen_doc, output=output, key=key) if record
-                 else ledger_label(lpath, key, frozen_doc))
+        run_label = (ledger_record(lpath, frozen_doc, output=output, key=key) if record
+                     else ledger_label(lpath, key, frozen_doc))
     out = {"path": str(frozen_source), "manifest_fingerprint": frozen_doc["fingerprint"],
            "source_fingerprint": frozen_doc["source_fingerprint"],
-           "created_at": frozen_doc["created_at"], "label": label}
+           "created_at": frozen_doc["created_at"], "label": run_label}
     if match is not None:
         out["heldout_match"] = {"key": match.key, "name": match.name,
                                 "where": list(match.where), "how": match.how}
-    return out
+    return BenchmarkGate(out, label)

@@ -29,7 +29,19 @@ Two ways to ask:
   and the held-out part;
 * :func:`gate_heldout` (``run``, the confidence measurement): the held-out part *itself*
   (by marker, bytes, content or exactly its questions) is returned, to run once under a
-  frozen manifest; anything else holding held-out questions is refused outright.
+  frozen manifest; anything else holding held-out questions is refused outright -- except,
+  for ``run`` (``label_source``), the very file a split was made from (its recorded source
+  sha256): it runs, labelled :data:`CONTAINS_HELDOUT` in its sidecar and summary
+  (:func:`source_label`), and every command that chooses settings refuses such a run
+  (:func:`refuse_heldout_run`). A user who split the bundled fixture once can still run the
+  README's main job on it; its numbers say they are no measurement.
+
+``run --questions FILE`` replaces question texts: the guard is also asked with the texts the
+run will use (``replaced``), so a held-out part whose texts were swapped for placeholders,
+the real texts in the questions file, is still the held-out part.
+
+A refusal caused by the user's registry names the registered part and the commands that
+show and forget it (``engram-eval heldout list|forget``, :mod:`engram_eval.provenance.registry`).
 
 What it cannot see: a question whose text or answer was edited (its key changes), and a
 held-out part known only through a manifest that predates question keys (the published
@@ -47,12 +59,17 @@ from typing import Any
 
 from engram_eval.errors import DataError, EngramEvalError, ProvenanceError
 from engram_eval.provenance import heldout as H
+from engram_eval.provenance import registry as R
 
 #: How many held-out question ids an error message names.
 SHOWN_IDS = 3
 #: The frozen-source labels of a held-out run (engram_eval.provenance.frozen.HELDOUT and
 #: REGRESSION; frozen imports this module, so they are repeated here and a test pins them).
 HELDOUT_RUN_LABELS = ("held-out measurement", "regression check")
+#: The label of a run whose dataset is a split's source (it holds held-out questions), in
+#: its sidecar and summary under :data:`LABEL_FIELD`.
+CONTAINS_HELDOUT = "contains held-out questions: not a measurement"
+LABEL_FIELD = "heldout_questions"
 
 
 # --------------------------------------------------------------------------- question keys
@@ -136,7 +153,10 @@ class HeldoutFinding:
     ``whole``: the file is the held-out part itself (by its marker, its bytes or content, or
     exactly the part's questions); ``match``: the known part (its ``key`` is the sha256 the
     ledger keeps it under; None when only a marker says so); ``held_ids``: the input's
-    question ids that are held-out questions (empty for a whole-part match by bytes)."""
+    question ids that are held-out questions (empty for a whole-part match by bytes);
+    ``registered``: the key of the part in the user's registry when the registry is what
+    makes the file held-out data; ``source_of``: the file is the recorded source of a split
+    of that part."""
 
     path: str
     target: Path
@@ -147,17 +167,40 @@ class HeldoutFinding:
     marker: Mapping[str, Any] | None = None
     held_ids: tuple[str, ...] = ()
     n_questions: int = 0
+    registered: str | None = None
+    source_of: bool = False
 
     def describe(self) -> str:
-        """One line: the file (and its link target), what it holds, and the held-out part."""
-        who = self.path if Path(self.path) == self.target else \
-            f"{self.path} (a link to {self.target})"
+        """One line: the file (and its link target), what it holds, the held-out part and,
+        when the registry is the reason, the commands that show and forget it."""
+        who = f"{self.path}{_link_note(self.path, self.target)}"
+        hint = "" if self.registered is None else registry_hint(self.registered)
         if self.whole:
-            return f"{who}: is the held-out {self.part}, by {self.how}"
+            return f"{who}: is the held-out {self.part}, by {self.how}{hint}"
         shown = ", ".join(self.held_ids[:SHOWN_IDS])
         more = "" if len(self.held_ids) <= SHOWN_IDS else ", …"
+        source = " (the file it was split from)" if self.source_of else ""
         return (f"{who}: holds {len(self.held_ids)} of its {self.n_questions} question(s) "
-                f"({shown}{more}) from the held-out {self.part}, by {self.how}")
+                f"({shown}{more}) from the held-out {self.part}{source}, by {self.how}{hint}")
+
+
+def _link_note(path: str | Path, target: Path) -> str:
+    """`` (a link to T)`` when ``path`` is a symbolic link, `` (resolves to T)`` when a
+    directory on its way is one, else nothing: a relative path to a plain file is no link."""
+    import os
+
+    if os.path.islink(path):
+        return f" (a link to {target})"
+    if Path(os.path.abspath(path)) != target:
+        return f" (resolves to {target})"
+    return ""
+
+
+def registry_hint(key: str) -> str:
+    """Where a registered part is listed and how to see or forget it (for refusals)."""
+    return (f" (registered by `engram-eval split` in {R.registry_path()}: `engram-eval heldout "
+            f"list` shows it; `engram-eval heldout forget {key[:16]} --reason TEXT` forgets it "
+            "if that split was not meant to hold it out)")
 
 
 def _describe_part(part: H.HeldoutPart) -> str:
@@ -182,16 +225,33 @@ def _extra_roots(target: Path) -> list[Path]:
     return [manifest] if manifest.is_file() else []
 
 
+def _registered(match: H.HeldoutMatch | None, parts: Mapping[str, H.HeldoutPart]) -> str | None:
+    if match is None or match.key not in parts or not parts[match.key].registered:
+        return None
+    return match.key
+
+
+def _is_source(target: Path, part: H.HeldoutPart) -> bool:
+    """Whether ``target`` is (by bytes or content) a file ``part`` was split from."""
+    if not part.sources:
+        return False
+    h = H.content_hashes(target)
+    return bool({h.sha256, h.content_sha256} & part.sources)
+
+
 def inspect_dataset(path: str | Path, *, roots: Iterable[str | Path] | None = None,
                     ledger: str | Path | None = None,
                     keys: Mapping[str, str] | None = None,
-                    ids: Iterable[str] | None = None) -> HeldoutFinding | None:
+                    ids: Iterable[str] | None = None,
+                    replaced: Mapping[str, str] | None = None) -> HeldoutFinding | None:
     """What held-out data the dataset file ``path`` holds, or None (module docstring).
 
     ``keys``: the file's ``question_id -> question_key`` when the caller already read its
     questions (else read here, only when some held-out part's question keys are known);
     ``ids``: its question ids (the keys' ids when not given), which keep the whole-part
-    match cheap (:func:`engram_eval.provenance.heldout.find_heldout`)."""
+    match cheap (:func:`engram_eval.provenance.heldout.find_heldout`); ``replaced``: the
+    keys of the questions whose texts a run replaces (``run --questions FILE``), with the
+    texts it will use: a question is held out by either key."""
     target = Path(path).resolve()
     found = _marker(path, target)
     all_roots = [*(roots or ()), *_extra_roots(target)]
@@ -206,28 +266,38 @@ def inspect_dataset(path: str | Path, *, roots: Iterable[str | Path] | None = No
                               f"part {mp.name.removesuffix(H.MARKER_SUFFIX)} of the split "
                               f"{manifest} (sha256 {sha}…)", f"its split marker {mp}",
                               match=match, marker=marker)
+    parts = H.heldout_parts(all_roots, ledger=ledger)
     if match is not None:
         return HeldoutFinding(str(path), target, True,
                               f"{match.name} (sha256 {match.key[:16]}…) listed in "
-                              f"{', '.join(match.where)}", f"its {match.how}", match=match)
-    index = question_index(H.heldout_parts(all_roots, ledger=ledger))
+                              f"{', '.join(match.where)}", f"its {match.how}", match=match,
+                              registered=_registered(match, parts))
+    index = question_index(parts)
     if not index:
         return None
     try:
         own = dict(keys) if keys is not None else dataset_keys(target)
     except DataError:  # not a dataset the loader reads: the command's own loader says so
         return None
-    held = [qid for qid, k in own.items() if k in index]
+    alt = dict(replaced or {})
+    # each question by the key that is held out: its own, or with the text the run uses
+    eff = {q: (alt[q] if k not in index and alt.get(q) in index else k)
+           for q, k in own.items()}
+    held = [qid for qid, k in eff.items() if k in index]
     if not held:
         return None
-    part = index[own[held[0]]]
-    whole = len(held) == len(own) == len(_part_keys(part) or ()) and \
-        all(index[own[q]] is part for q in held)
+    part = index[eff[held[0]]]
+    whole = len(held) == len(eff) == len(_part_keys(part) or ()) and \
+        all(index[eff[q]] is part for q in held)
     m = H._match_part(part, "question content")
-    return HeldoutFinding(str(path), target, whole, _describe_part(part),
-                          "question content (text and answer)",
+    how = "question content (text and answer)"
+    if any(eff[q] != own[q] for q in held):
+        how += ", with the question texts the run replaces (--questions)"
+    return HeldoutFinding(str(path), target, whole, _describe_part(part), how,
                           match=m if whole else None, held_ids=tuple(held),
-                          n_questions=len(own))
+                          n_questions=len(own),
+                          registered=part.sha256 if part.registered else None,
+                          source_of=not whole and _is_source(target, part))
 
 
 # --------------------------------------------------------------------------- the two ways to ask
@@ -245,36 +315,61 @@ def refuse_heldout(path: str | Path, purpose: str, *, roots: Iterable[str | Path
 
 def gate_heldout(path: str | Path, *, roots: Iterable[str | Path] | None = None,
                  ledger: str | Path | None = None, keys: Mapping[str, str] | None = None,
-                 ids: Iterable[str] | None = None) -> HeldoutFinding | None:
+                 ids: Iterable[str] | None = None, replaced: Mapping[str, str] | None = None,
+                 label_source: bool = False) -> HeldoutFinding | None:
     """For commands that run a held-out part once under a frozen manifest: the finding when
     ``path`` is the held-out part itself (the caller then requires the frozen manifest),
     None when it holds no held-out data; ProvenanceError when it holds held-out questions
-    without being the part (a subset, or a mixture with other data)."""
-    f = inspect_dataset(path, roots=roots, ledger=ledger, keys=keys, ids=ids)
-    if f is not None and not f.whole:
+    without being the part (a subset, or a mixture with other data). With
+    ``label_source`` (``run``), the file a split was made from is returned too (``whole``
+    False, ``source_of`` True): the caller runs it labelled (:func:`source_label`).
+    ``replaced``: as :func:`inspect_dataset`."""
+    f = inspect_dataset(path, roots=roots, ledger=ledger, keys=keys, ids=ids,
+                        replaced=replaced)
+    if f is not None and not f.whole and not (label_source and f.source_of):
         raise ProvenanceError(
             f"{f.describe()}; only the held-out part itself runs, once, under a frozen "
             "manifest: run the part, or remove its questions from this file")
     return f
 
 
+def source_label(f: HeldoutFinding) -> dict[str, Any]:
+    """What the sidecar and summary of a run of a split's source record under
+    :data:`LABEL_FIELD`: the label, the held-out part and how many questions it holds."""
+    return {"label": CONTAINS_HELDOUT, "heldout_part": f.part, "registered": f.registered,
+            "n_heldout_questions": len(f.held_ids), "n_questions": f.n_questions}
+
+
 def refuse_heldout_run(meta: Mapping[str, Any], run: str | Path, purpose: str) -> None:
-    """ProvenanceError when the finished run ``run`` (sidecar ``meta``) was made on a
-    held-out part: its frozen source is labelled held-out, or its dataset's sha256 is a
-    known held-out part's (bytes or content)."""
+    """ProvenanceError when the finished run ``run`` (sidecar ``meta``) was made on held-out
+    data: its frozen source is labelled held-out, it is labelled :data:`CONTAINS_HELDOUT`,
+    or its dataset's sha256 is a known held-out part's (bytes or content) or the recorded
+    source of a split of one (a run made before the label, or with it edited away)."""
     fs = meta.get("frozen_source")
     if isinstance(fs, Mapping) and (fs.get("heldout_match") or
                                     fs.get("label") in HELDOUT_RUN_LABELS):
         raise ProvenanceError(f"{run}: a run of a held-out part (its frozen source is "
                               f"labelled {fs.get('label')!r}); {purpose}")
+    lab = meta.get(LABEL_FIELD)
+    if isinstance(lab, Mapping):
+        key = lab.get("registered")
+        hint = registry_hint(key) if isinstance(key, str) else ""
+        raise ProvenanceError(f"{run}: labelled {CONTAINS_HELDOUT!r} (its dataset holds "
+                              f"{lab.get('n_heldout_questions')} question(s) of the held-out "
+                              f"{lab.get('heldout_part')}){hint}; {purpose}")
     ds = meta.get("dataset")
     sha = ds.get("sha256") if isinstance(ds, Mapping) else None
     if not isinstance(sha, str):
         return
     for part in H.heldout_parts().values():
+        hint = registry_hint(part.sha256) if part.registered else ""
         if sha in (part.sha256, part.content_sha256):
-            raise ProvenanceError(f"{run}: a run of the held-out {_describe_part(part)}; "
-                                  f"{purpose}")
+            raise ProvenanceError(f"{run}: a run of the held-out {_describe_part(part)}"
+                                  f"{hint}; {purpose}")
+        if sha in part.sources:
+            raise ProvenanceError(f"{run}: a run of the file the held-out "
+                                  f"{_describe_part(part)} was split from (it holds that "
+                                  f"part's questions){hint}; {purpose}")
 
 
 # --------------------------------------------------------------------------- split
@@ -306,34 +401,40 @@ def check_split(source: str | Path, *, holdout: float, salt: str) -> None:
                               f"part: {why}")
 
 
+def file_identity(path: str | Path) -> R.FileIdentity:
+    """The hashes and question keys ``heldout forget`` matches a given file by."""
+    h = H.content_hashes(path)
+    try:
+        keys: frozenset[str] | None = frozenset(dataset_keys(path).values())
+    except (ValueError, EngramEvalError):  # not a dataset: matched by its hashes only
+        keys = None
+    return R.FileIdentity(frozenset(x for x in (h.sha256, h.content_sha256) if x), keys)
+
+
+def forget_part(given: str, reason: str) -> R.Forgotten:
+    """``engram-eval heldout forget``: :func:`engram_eval.provenance.registry.forget`,
+    ``given`` read as a file when one is there (else as a registry key)."""
+    import os
+
+    file = file_identity(given) if os.path.lexists(given) else None
+    return R.forget(given, reason, file=file)
+
+
 def register_split(manifest_path: str | Path, manifest: Mapping[str, Any],
                    heldout_file: str | Path) -> Path:
     """Record the held-out part a split wrote in the user's registry
     (:func:`engram_eval.provenance.heldout.registry_path`; created if absent, replaced
     atomically under a lock, entries keyed by the part's sha256, so registering the same
-    part again changes nothing but the manifest list). Returns the registry path."""
-    from engram_eval.data._jsonio import read_json_document
-    from engram_eval.io import atomic_write, dump_json, file_lock
-
+    part again changes nothing but the manifest list; a registry that cannot be read is
+    refused before anything is written, :func:`engram_eval.provenance.registry.read_registry`).
+    Returns the registry path."""
     held = manifest["parts"]["heldout"]
     keys = sorted(set(dataset_keys(heldout_file).values()))
-    reg = H.registry_path()
-    with file_lock(reg):
-        doc: dict[str, Any] = {"kind": H.REGISTRY_KIND, "version": 1, "parts": {}}
-        if reg.exists():
-            try:
-                old = read_json_document(reg, what="the held-out registry")
-            except (OSError, EngramEvalError) as e:
-                raise ProvenanceError(f"{reg}: held-out registry is not readable JSON: {e}; "
-                                      "move it aside to start a new one") from None
-            if not isinstance(old, dict) or old.get("kind") != H.REGISTRY_KIND:
-                raise ProvenanceError(f"{reg}: not a held-out registry (kind must be "
-                                      f"{H.REGISTRY_KIND!r})")
-            doc = old
-            doc.setdefault("parts", {})
+    mp = str(Path(manifest_path).resolve())
+
+    def change(doc: dict[str, Any]) -> None:
         entry = doc["parts"].setdefault(held["sha256"], {})
         manifests: list[str] = list(entry.get("manifests") or [])
-        mp = str(Path(manifest_path).resolve())
         if mp not in manifests:
             manifests.append(mp)
         entry.update({"file": held["file"], "compression": held.get("compression"),
@@ -342,8 +443,9 @@ def register_split(manifest_path: str | Path, manifest: Mapping[str, Any],
                       "salt": manifest["salt"], "holdout": manifest["holdout"],
                       "question_ids": list(held["question_ids"]), "question_keys": keys,
                       "manifests": manifests})
-        atomic_write(reg, dump_json(doc))
-    return reg
+        entry.setdefault("registered_at", R.now())
+
+    return R.update_registry(change)
 
 
 def guarded_split(source: str | Path, *, holdout: float, salt: str, output_dir: str | Path,

@@ -12,7 +12,9 @@ the ``ENGRAM_EVAL_HELDOUT_ROOTS`` environment variable (``os.pathsep``-separated
 never replacing, the defaults), any ``roots`` a caller passes, and the ledger in use
 (``ENGRAM_EVAL_LEDGER`` / ``results/heldout_ledger.json``), and the user's held-out registry
 (:func:`registry_path`: every part ``engram-eval split`` registered, with its question keys;
-:mod:`engram_eval.provenance.guard`). Under each root (recursively):
+:mod:`engram_eval.provenance.guard`), read fail-closed: a registry that exists but cannot be
+read whole is an error for every command that asks (:mod:`engram_eval.provenance.registry`).
+Under each root (recursively):
 
 * every split manifest (``split_manifest.json``): its ``heldout`` part;
 * every split marker (``*.split.json``) whose part is ``heldout``;
@@ -46,13 +48,19 @@ beside a link's target and question-by-question matching (subsets, mixtures).
 **Production fixtures** (:func:`fixture_heldout`). A fixture is held-out when (a) its own
 ``heldout`` field is true, OR (b) the sha256 of its file equals a known held-out fixture's
 (a fixture marked held-out under a root, a held-out production-run output, a ledger entry),
-OR (c) any of its cases has the same memories and questions (the ``case_id``, the fixture's
-``name``, ``heldout`` and every other top-level field ignored; canonical JSON, the memories
-and the questions each in canonical order, so reordering them changes nothing) as a case of a
-known held-out fixture document. (c) is what refuses an edited copy of
-``fixtures/production/holdout.json`` with ``"heldout": false`` (or another name, or its cases
-reordered, or mixed into another fixture): editing the flag changes the file's hash but not
-its cases.
+OR (c) any of its cases has the same *normalised* memories and questions as a case of a
+known held-out fixture document, OR (d) any of its questions with gold has the same
+normalised query and gold memories as such a question of a known held-out fixture.
+Normalised (:func:`case_key`, :func:`fixture_question_key`): ids are dropped (the
+``case_id``, each memory's ``id``, each question's ``question_id``; a question's ``gold``
+ids become the normalised content of the memories they name, so ids renamed consistently
+change nothing), whitespace in every string is collapsed (a trailing space is not an edit),
+and the memories and the questions are each taken in canonical order; the fixture's
+``name``, ``heldout`` and every other top-level field are ignored. (c) is what refuses an
+edited copy of ``fixtures/production/holdout.json`` with ``"heldout": false`` (or another
+name, its ids renamed, its cases reordered, or mixed into another fixture): editing the flag
+changes the file's hash but not its cases; (d) still sees a held-out question moved into
+another case, or a case given one more memory.
 
 A match's ``key`` is the sha256 the held-out input is recorded under (the part's or the
 original fixture's file sha256), so a copy's runs go into the same ledger entry as the
@@ -72,11 +80,12 @@ from typing import Any
 
 from engram_eval.data._jsonio import read_json_document
 from engram_eval.io import open_regular
+from engram_eval.provenance.registry import ENV_REGISTRY as ENV_REGISTRY
+from engram_eval.provenance.registry import REGISTRY_KIND as REGISTRY_KIND
+from engram_eval.provenance.registry import read_registry
+from engram_eval.provenance.registry import registry_path as registry_path
 
 ENV_ROOTS = "ENGRAM_EVAL_HELDOUT_ROOTS"
-#: Where ``engram-eval split`` registers the held-out parts it writes (see registry_path).
-ENV_REGISTRY = "ENGRAM_EVAL_HELDOUT_REGISTRY"
-REGISTRY_KIND = "engram-eval/heldout-registry"
 PRODUCTION_RUN_KIND = "engram-eval/production-run"
 LEDGER_KIND = "engram-eval/heldout-ledger"
 SPLIT_MANIFEST_NAME = "split_manifest.json"
@@ -103,6 +112,11 @@ class HeldoutPart:
     #: the part's own file, found beside its manifest or marker (its sha256 is checked
     #: against ``sha256`` before its questions are read)
     part_file: Path | None = None
+    #: sha256 of the file(s) the part was split from (its split manifest's or registry
+    #: entry's ``source``): that file holds the part's questions
+    sources: set[str] = field(default_factory=set)
+    #: listed in the user's registry (``engram-eval heldout list|forget`` apply)
+    registered: bool = False
 
     def describe(self) -> str:
         return f"held-out part {self.name} (sha256 {self.sha256[:16]}…) listed in " + \
@@ -153,26 +167,6 @@ def _ledgers(ledger: str | Path | None) -> list[Path]:
     if ledger is not None:
         out.append(Path(ledger))
     return [p.resolve() for p in out if p.is_file()]
-
-
-def registry_path() -> Path:
-    """The held-out registry ``engram-eval split`` writes and the guard reads:
-    ``$ENGRAM_EVAL_HELDOUT_REGISTRY``, else ``$XDG_STATE_HOME/engram-eval/heldout_registry.json``
-    (``~/.local/state/...`` when ``XDG_STATE_HOME`` is unset). A user-level file, so a copy
-    of a part the user split is recognised wherever it lies and whatever the directory."""
-    env = os.environ.get(ENV_REGISTRY)
-    if env:
-        return Path(env)
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "engram-eval" / "heldout_registry.json"
-
-
-def _registries() -> list[Path]:
-    p = registry_path()
-    try:
-        return [p.resolve()] if p.is_file() else []
-    except OSError:
-        return []
 
 
 def _is_dataset_record(p: Path) -> bool:
@@ -292,12 +286,14 @@ def content_hashes(path: str | Path, *, canonical_gzip: bool = False) -> Content
 def _add_part(parts: dict[str, HeldoutPart], sha: Any, name: str, where: Path, *,
               compression: str = "unknown", content_sha256: Any = None,
               question_ids: Any = None, beside: Path | None = None,
-              question_keys: Any = None) -> None:
+              question_keys: Any = None, source: Any = None) -> None:
     if not isinstance(sha, str) or len(sha) != 64:
         return
     part = parts.get(sha)
     if part is None:
         part = parts[sha] = HeldoutPart(sha, name)
+    if isinstance(source, str) and len(source) == 64:
+        part.sources.add(source)
     if str(where) not in part.where:
         part.where.append(str(where))
     if part.compression == "unknown" and compression != "unknown":
@@ -332,14 +328,16 @@ def heldout_parts(roots: Iterable[str | Path] | None = None, *,
     from engram_eval.data.split import MARKER_KIND
 
     parts: dict[str, HeldoutPart] = {}
-    for p in [*_files(search_roots(roots), datasets_only=True), *_ledgers(ledger),
-              *_registries()]:
+    # the user's registry first, read fail-closed (registry.read_registry): one that exists
+    # but cannot be read whole is an error, never ignored
+    _add_registered(parts, read_registry(), registry_path().absolute())
+    for p in [*_files(search_roots(roots), datasets_only=True), *_ledgers(ledger)]:
         doc = _read_doc(p)
         if doc is None:
             continue
         kind = doc.get("kind")
         if kind == REGISTRY_KIND:
-            _add_registered(parts, doc, p)
+            continue  # a registry lying under a root: only the user's own one counts
         elif kind == SPLIT_KIND or (p.name == SPLIT_MANIFEST_NAME and "parts" in doc):
             held = (doc.get("parts") or {}).get("heldout")
             if isinstance(held, dict):
@@ -347,7 +345,9 @@ def heldout_parts(roots: Iterable[str | Path] | None = None, *,
                 _add_part(parts, held.get("sha256"), fname, p,
                           compression=str(held.get("compression") or "unknown"),
                           content_sha256=held.get("content_sha256"),
-                          question_ids=held.get("question_ids"), beside=p.parent / fname)
+                          question_ids=held.get("question_ids"), beside=p.parent / fname,
+                          source=(doc.get("source") or {}).get("sha256")
+                          if isinstance(doc.get("source"), dict) else None)
         elif kind == MARKER_KIND or p.name.endswith(MARKER_SUFFIX):
             if doc.get("part") == "heldout":
                 fname = p.name[: -len(MARKER_SUFFIX)]
@@ -362,21 +362,18 @@ def heldout_parts(roots: Iterable[str | Path] | None = None, *,
 
 
 def _add_registered(parts: dict[str, HeldoutPart], doc: Mapping[str, Any], where: Path) -> None:
-    """The parts a registry lists (see :func:`registry_path`), with their question keys."""
-    entries = doc.get("parts")
-    if not isinstance(entries, dict):
-        return
-    for sha, e in entries.items():
-        if not isinstance(e, dict):
-            continue
+    """The parts a registry lists (see :func:`registry_path`; checked by
+    :func:`engram_eval.provenance.registry.read_registry`), with their question keys."""
+    for sha, e in doc["parts"].items():
         _add_part(parts, sha, str(e.get("file") or "heldout part"), where,
                   compression=str(e.get("compression") or "unknown"),
                   content_sha256=e.get("content_sha256"),
                   question_ids=e.get("question_ids"),
-                  question_keys=e.get("question_keys"))
-        part = parts.get(sha)
+                  question_keys=e.get("question_keys"), source=e.get("source_sha256"))
+        part = parts[sha]
+        part.registered = True
         for m in e.get("manifests") or ():
-            if part is not None and isinstance(m, str) and m not in part.where:
+            if m not in part.where:
                 part.where.append(m)  # the split manifests it was registered from
 
 
@@ -424,23 +421,66 @@ def is_heldout(path: str | Path, roots: Iterable[str | Path] | None = None) -> s
 # --------------------------------------------------------------------------- fixtures
 
 
-def _sorted_canonical(items: Any) -> Any:
-    """A list's elements in the order of their canonical JSON (anything else unchanged)."""
+def _collapsed(value: Any) -> Any:
+    """``value`` with the whitespace of every string in it collapsed (recursively)."""
+    if isinstance(value, str):
+        return " ".join(value.split())
+    if isinstance(value, list):
+        return [_collapsed(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _collapsed(v) for k, v in value.items()}
+    return value
+
+
+def _memory_key(memory: Any) -> str:
+    """sha256 of a fixture memory's normalised content (its ``id`` dropped)."""
+    from engram_eval.io import sha256_json
+
+    if isinstance(memory, dict):
+        memory = {k: v for k, v in memory.items() if k != "id"}
+    return sha256_json(_collapsed(memory))
+
+
+def _normal_case(case: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
+    """A case's memories (their keys, sorted) and questions (ids dropped, ``gold`` as the
+    named memories' keys, whitespace collapsed; in canonical order)."""
     from engram_eval.io import canonical_json
 
-    if not isinstance(items, list):
-        return items
-    return sorted(items, key=canonical_json)
+    raw = case.get("memories")
+    memories = raw if isinstance(raw, list) else []
+    by_id = {m.get("id"): _memory_key(m) for m in memories if isinstance(m, dict)}
+    questions: list[Any] = []
+    for q in case.get("questions") or ():
+        if not isinstance(q, dict):
+            questions.append(_collapsed(q))
+            continue
+        out = {k: _collapsed(v) for k, v in q.items() if k not in ("question_id", "gold")}
+        gold = q.get("gold")
+        if isinstance(gold, list):
+            out["gold"] = sorted(by_id.get(g, f"unresolved:{g}") if isinstance(g, str)
+                                 else canonical_json(g) for g in gold)
+        elif gold is not None:
+            out["gold"] = _collapsed(gold)
+        questions.append(out)
+    return sorted(_memory_key(m) for m in memories), sorted(questions, key=canonical_json)
 
 
 def case_key(case: Mapping[str, Any]) -> str:
-    """sha256 of a fixture case's memories and questions (canonical JSON; ``case_id``
-    ignored; the memories and the questions each taken in canonical order, so reordering
-    either does not change the key)."""
+    """sha256 of a fixture case's normalised memories and questions (module docstring: ids
+    dropped, gold by memory content, whitespace collapsed, order ignored)."""
     from engram_eval.io import sha256_json
 
-    return sha256_json({"memories": _sorted_canonical(case.get("memories")),
-                        "questions": _sorted_canonical(case.get("questions"))})
+    memories, questions = _normal_case(case)
+    return sha256_json({"memories": memories, "questions": questions})
+
+
+def fixture_question_key(query: Any, gold_memories: Sequence[Any]) -> str:
+    """sha256 of a question's normalised query and the normalised content of its gold
+    memories (in any order): the question whatever its id, case or date."""
+    from engram_eval.io import sha256_json
+
+    return sha256_json({"query": _collapsed(query),
+                        "gold": sorted(_memory_key(m) for m in gold_memories)})
 
 
 def _case_keys(doc: Mapping[str, Any]) -> list[str]:
@@ -457,13 +497,34 @@ def _case_keys(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _question_keys(doc: Mapping[str, Any]) -> list[str]:
+    """:func:`fixture_question_key` of every question whose gold names memories of its case."""
+    cases = doc.get("cases")
+    out = []
+    for c in cases if isinstance(cases, list) else ():
+        if not isinstance(c, dict) or not isinstance(c.get("memories"), list):
+            continue
+        by_id = {m.get("id"): m for m in c["memories"] if isinstance(m, dict)}
+        for q in c.get("questions") or ():
+            gold = q.get("gold") if isinstance(q, dict) else None
+            if not isinstance(gold, list) or not gold or \
+                    not all(isinstance(g, str) and g in by_id for g in gold):
+                continue
+            try:
+                out.append(fixture_question_key(q.get("query"), [by_id[g] for g in gold]))
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
 @dataclass
 class HeldoutFixtures:
-    """Known held-out fixtures: file sha256 -> (name, where); case key -> (fixture sha256,
-    name, where)."""
+    """Known held-out fixtures: file sha256 -> (name, where); case key and question key ->
+    (fixture sha256, name, where)."""
 
     files: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     cases: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    questions: dict[str, tuple[str, str, str]] = field(default_factory=dict)
 
     def add_file(self, sha: Any, name: str, where: Path) -> None:
         if isinstance(sha, str) and len(sha) == 64:
@@ -498,6 +559,8 @@ def heldout_fixtures(roots: Iterable[str | Path] | None = None, *,
             known.add_file(sha, p.name, p)
             for k in _case_keys(doc):
                 known.cases.setdefault(k, (sha, p.name, str(p)))
+            for k in _question_keys(doc):
+                known.questions.setdefault(k, (sha, p.name, str(p)))
     return known
 
 
@@ -505,10 +568,11 @@ def fixture_heldout(path: str | Path, doc: Mapping[str, Any] | None = None, *,
                     roots: Iterable[str | Path] | None = None,
                     ledger: str | Path | None = None) -> HeldoutMatch | None:
     """Why the production fixture at ``path`` is held out -- (a) its own ``heldout`` field,
-    (b) its file's sha256, (c) a case equal to a known held-out fixture's case (see the
-    module docstring) -- or None. ``doc``: the parsed fixture (read from ``path`` if not
-    given). A match by (b) or (c) is keyed by the known fixture's sha256; by (a) alone, by
-    the file's own."""
+    (b) its file's sha256, (c) a case equal to a known held-out fixture's case, (d) a
+    question with gold equal to one of a known held-out fixture's (see the module
+    docstring) -- or None. ``doc``: the parsed fixture (read from ``path`` if not given). A
+    match by (b), (c) or (d) is keyed by the known fixture's sha256; by (a) alone, by the
+    file's own."""
     from engram_eval.io import sha256_file
 
     p = Path(path).resolve()
@@ -524,6 +588,11 @@ def fixture_heldout(path: str | Path, doc: Mapping[str, Any] | None = None, *,
             ksha, kname, kwhere = known.cases[k]
             return HeldoutMatch(ksha, f"fixture {kname}", (kwhere,),
                                 "case memories and questions")
+    for k in _question_keys(doc):
+        if k in known.questions:
+            ksha, kname, kwhere = known.questions[k]
+            return HeldoutMatch(ksha, f"fixture {kname}", (kwhere,),
+                                "question query and gold memories")
     if doc.get("heldout") is True:
         return HeldoutMatch(sha, f"fixture {p.name}", (str(path),), "own 'heldout' field")
     return None

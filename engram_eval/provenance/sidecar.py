@@ -60,11 +60,13 @@ PACKAGES = ("engram-eval", "torch", "sentence-transformers", "faiss-cpu", "FlagE
 # :func:`build_metadata` and the few places named below, and tests/runs/test_verify.py checks that
 # everything they write is listed here.
 #: Top level: what :func:`build_metadata` writes, plus ``frozen_source`` (the runner, for a
-#: run under a frozen manifest).
+#: run under a frozen manifest) and ``heldout_questions`` (the runner, for a run of a split's
+#: source: :func:`engram_eval.provenance.guard.source_label`).
 SIDECAR_FIELDS = ("schema_version", "kind", "dataset", "dataset_format", "retriever",
                   "config", "config_recorded", "confidence_filter", "protocols", "selection",
                   "sources", "models", "packages", "environment", "created_at",
-                  "fingerprint_fields", "runs", "fingerprint", "frozen_source")
+                  "fingerprint_fields", "runs", "fingerprint", "frozen_source",
+                  "heldout_questions")
 DATASET_FIELDS = ("path", "name", "size", "sha256")
 #: ``selection``: :func:`build_metadata`'s, plus ``shard`` (``--shard``,
 #: :mod:`engram_eval.runs.shard`) and ``questions`` (``--questions FILE``, the runner).

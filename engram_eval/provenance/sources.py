@@ -104,6 +104,7 @@ _HASHED_BY: dict[str, str] = {
     "engram_eval/provenance/guard.py": "run production confidence",
     "engram_eval/provenance/heldout.py": "run production confidence",
     "engram_eval/provenance/records.py": "run production confidence context answer judge",
+    "engram_eval/provenance/registry.py": "run production confidence",
     "engram_eval/provenance/sidecar.py": "run production confidence context answer judge",
     "engram_eval/provenance/sources.py": "run production confidence context answer judge",
     "engram_eval/qa/__init__.py": "context answer judge",

@@ -470,7 +470,8 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
                                 gold_absent_from_haystack=len(gold_absent(selected)),
                                 evidence_unresolved=(evidence_unresolved(selected)
                                                      if ref["dataset_format"] == "locomo"
-                                                     else None))
+                                                     else None),
+                                heldout_questions=ref.get("heldout_questions"))
         with _writing(sidecar_path(out)):
             atomic_write(staging.path("metadata.json"), meta_text(side))
         with _writing(summary_path(out)):

@@ -51,6 +51,7 @@ from engram_eval.io import (
     sha256_file,
     storage_errors,
 )
+from engram_eval.provenance.guard import CONTAINS_HELDOUT, LABEL_FIELD, key_of, question_key
 from engram_eval.provenance.records import (
     RESUMABLE_HINT,
     RowRecord,
@@ -157,15 +158,15 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
 
     bad_dates: dict[str, tuple[int, int]] = {}  # question id -> unparsable (question, sessions)
 
-    from engram_eval.provenance.guard import key_of
-
     keys: dict[str, str] = {}  # question id -> question key, for the held-out guard
+    answers: dict[str, Any] = {}  # question id -> answer (keys with --questions texts)
 
     absent_gold: dict[str, tuple[str, ...]] = {}  # question id -> answer ids not in haystack
     no_gold: dict[str, list[str]] = {}  # LoCoMo question id -> evidence resolving to no turn
 
     def _observe(q: Any) -> None:
         keys[q.question_id] = key_of(q)
+        answers[q.question_id] = q.answer
         if q.gold_absent:
             absent_gold[q.question_id] = q.gold_absent
         no_gold.update(evidence_unresolved([q]))
@@ -206,19 +207,37 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
 
     if not (resume or validate_only) and output.exists():
         raise ProvenanceError(already_exists(output, f"refusing to overwrite ({RESUMABLE_HINT})"))
+    # the held-out guard also sees the texts --questions puts in (a part with placeholder
+    # texts, the real ones in that file, is still the part)
+    replaced = {q: question_key(t, answers[q]) for q, t in texts.items() if q in answers}
     gate = benchmark_gate(meta, dataset, frozen_source=frozen_source,
                           freeze_to=freeze_source if validate_only else None,
                           record=not (resume or validate_only), output=str(output),
-                          heldout_ids=source.ids, question_keys=keys)
+                          heldout_ids=source.ids, question_keys=keys, replaced_keys=replaced)
+    label = gate.heldout_questions  # a split's source: runs, labelled not a measurement
+    if label is not None:
+        echo(f"{dataset}: {label['label']}: it holds {label['n_heldout_questions']} of its "
+             f"{label['n_questions']} questions from the held-out {label['heldout_part']}; "
+             "commands that choose settings refuse this run")
     if validate_only:
         return RunOutcome(output, meta["fingerprint"], 0, len(ids),
-                          {"validated": True, "frozen_source": gate}, False)
-    if gate is not None:
-        meta["frozen_source"] = gate
+                          {"validated": True, "frozen_source": gate.frozen_source,
+                           **({LABEL_FIELD: label} if label else {})}, False)
+    if gate.frozen_source is not None:
+        meta["frozen_source"] = gate.frozen_source
+    if label is not None:
+        meta[LABEL_FIELD] = label
     if resume:
         def check_meta(out: Path) -> dict[str, Any]:
             old = read_sidecar(out)
             compare_for_resume(old, meta, sidecar_path(out))
+            if (old.get(LABEL_FIELD) is None) != (label is None):
+                was, now = (("yes", "no") if label is None else ("no", "yes"))
+                raise ProvenanceError(
+                    f"{sidecar_path(out)}: whether {dataset} holds held-out questions changed "
+                    f"since this run started (labelled {CONTAINS_HELDOUT!r}: then {was}, now "
+                    f"{now}; the held-out registry changed); start a new run instead of "
+                    "resuming")
             check_sidecar_fields(old, sidecar_path(out))  # no key the package never writes
             return old
 
@@ -310,8 +329,9 @@ def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[s
                             dataset_sha256=meta["dataset"]["sha256"],
                             retriever=config.retriever, rows_sha256=scan.sha256,
                             unparsable_dates=dates, gold_absent_from_haystack=absent,
-                            evidence_unresolved=unresolved,
-                            frozen_source=meta.get("frozen_source"))
+                             evidence_unresolved=unresolved,
+                             frozen_source=meta.get("frozen_source"),
+                             heldout_questions=meta.get(LABEL_FIELD))
     with storage_errors(summary_path(output), "write", RESUME_HINT, cls=StorageError):
         atomic_write(summary_path(output), dump_json(summary))
     return RunOutcome(output, record.fingerprint, n_written, len(ids), summary, record.repaired)

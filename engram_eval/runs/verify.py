@@ -346,9 +346,10 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
         diffs = [f"summary field {k!r} is not one engram-eval writes"
                  for k in summary_unknown_fields(stored)]
         diffs += _cmp_summary(stored.get("protocols"), fresh_summary["protocols"], "protocols")
-        if stored.get("frozen_source") != meta.get("frozen_source"):
-            diffs.append(f"summary frozen_source {stored.get('frozen_source')!r} differs from "
-                         f"the sidecar's {meta.get('frozen_source')!r}")
+        for key in ("frozen_source", "heldout_questions"):  # the sidecar's records, copied
+            if stored.get(key) != meta.get(key):
+                diffs.append(f"summary {key} {stored.get(key)!r} differs from the sidecar's "
+                             f"{meta.get(key)!r}")
         if stored.get("temporal_windows") != fresh_summary.get("temporal_windows"):
             diffs.append(f"temporal_windows {stored.get('temporal_windows')!r} vs recomputed "
                          f"{fresh_summary.get('temporal_windows')!r}")

@@ -88,7 +88,8 @@ def temporal_windows(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 #: summary to (a key outside it was not written by the package).
 SUMMARY_FIELDS = ("fingerprint", "dataset", "dataset_sha256", "retriever", "n_questions",
                   "rows_sha256", "protocols", "temporal_windows", "unparsable_dates",
-                  "gold_absent_from_haystack", "evidence_unresolved", "frozen_source")
+                  "gold_absent_from_haystack", "evidence_unresolved", "frozen_source",
+                  "heldout_questions")
 #: The summary key (and ``engram-eval score``'s count) of questions whose answer session ids
 #: are not all in their haystack.
 GOLD_ABSENT = "gold_absent_from_haystack"
@@ -151,11 +152,14 @@ def build_summary(rows: Sequence[Mapping[str, Any]], protocols: Sequence[str], *
                   rows_sha256: str, unparsable_dates: Mapping[str, int] | None = None,
                   gold_absent_from_haystack: int | None = None,
                   evidence_unresolved: Mapping[str, Sequence[str]] | None = None,
-                  frozen_source: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The summary file's content (see the module docstring); ``unparsable_dates`` and
+                  frozen_source: Mapping[str, Any] | None = None,
+                  heldout_questions: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The summary file's content (see the module docstring); ``unparsable_dates``,
     ``gold_absent_from_haystack`` and ``evidence_unresolved`` (from the dataset, by the
-    runner and by merge) and
-    ``frozen_source`` (the sidecar's record of a frozen manifest) are written when given."""
+    runner and by merge), ``frozen_source`` (the sidecar's record of a frozen manifest) and
+    ``heldout_questions`` (the sidecar's label of a run of a split's source: "contains
+    held-out questions: not a measurement", :func:`engram_eval.provenance.guard.source_label`)
+    are written when given."""
     out = {"fingerprint": fingerprint, "dataset": dataset, "dataset_sha256": dataset_sha256,
            "retriever": retriever, "n_questions": len(rows), "rows_sha256": rows_sha256,
            **summarize_rows(rows, protocols)}
@@ -167,6 +171,8 @@ def build_summary(rows: Sequence[Mapping[str, Any]], protocols: Sequence[str], *
         out[EVIDENCE_UNRESOLVED] = {k: list(v) for k, v in evidence_unresolved.items()}
     if frozen_source is not None:
         out["frozen_source"] = dict(frozen_source)
+    if heldout_questions is not None:
+        out["heldout_questions"] = dict(heldout_questions)
     return out
 
 

@@ -5,7 +5,7 @@ before any work -- it used to say the directory "already exists" (and ``run`` of
 ``--resume``). An output a command derives from the one given (a sidecar, the compressed
 result, the judge's default output) that is a directory is said to be one by the writers
 themselves. Nothing is written anywhere. Options that name a directory (``split
---output-dir``, ``train-reranker --output``, ``production run --work-dir``, ``--cache-dir``)
+--output-dir``, ``train-reranker --output``, ``train-encoder --output``, ``production run --work-dir``, ``--cache-dir``)
 are not output files and keep their own rules."""
 
 from __future__ import annotations
@@ -83,6 +83,7 @@ OUTPUT_OPTIONS: dict[tuple[str, str], list[str]] = {
 }
 #: Options that name a directory to write (not output files).
 DIRECTORY_OPTIONS = {("split", "--output-dir"), ("train-reranker", "--output"),
+                     ("train-encoder", "--output"),
                      ("production run", "--work-dir")}
 
 

@@ -470,12 +470,17 @@ def test_subsets_and_mixtures_are_refused_even_frozen(reg, capsys, kind):
 
 
 def test_the_splits_own_source_now_holds_heldout_questions(reg, capsys):
-    """Whatever else a file holds: the source of the split is refused too."""
+    """The source of the split holds held-out questions: `run` labels it (issue 43: the
+    README main job still runs; tests/provenance/test_heldout_cli.py), and every tuning
+    command refuses it."""
     tmp, manifest, held, tune = reg
-    assert _run(str(TINY), "--output", str(tmp / "r.jsonl")) == 2
+    assert _run(str(TINY), "--output", str(tmp / "r.jsonl")) == 0
     err = capsys.readouterr().err
-    _names(err, TINY, held)
-    assert f"holds {manifest['parts']['heldout']['n_questions']} of its 12" in err
+    assert f"{G.CONTAINS_HELDOUT}: it holds {manifest['parts']['heldout']['n_questions']} " \
+        "of its 12" in err
+    for msg in _refusals(TINY):
+        _names(msg, TINY, held)
+        assert "(the file it was split from)" in msg
 
 
 def test_a_reserialised_part_is_the_part_and_runs_once_frozen(reg, capsys):
