@@ -155,7 +155,7 @@ def read_meta(output: str | Path) -> dict[str, Any]:
                               f"{f' ({link})' if link else ''}; {output} cannot be resumed or "
                               "checked without it")
     try:
-        meta = read_json_document(side, what="a metadata sidecar")
+        meta = read_json_document(side, what="a metadata sidecar", strict=True)
     except OSError as e:
         raise ProvenanceError(f"{side}: sidecar is not readable JSON: {e}") from None
     if not isinstance(meta, dict):
@@ -282,7 +282,7 @@ def scan_rows(path: str | Path, *, required: Sequence[str],
                          "so it is not a row cut short by an interruption; refusing")
     for n, raw in enumerate(lines, start=1):
         try:
-            obj = parse_json_line(path, n, raw)
+            obj = parse_json_line(path, n, raw, strict=True)  # only this package writes rows
         except InputError as e:
             raise InputError(e.path, e.record, e.field, f"{e.reason}; the file is corrupt "
                              "beyond a torn last line, refusing") from None

@@ -86,7 +86,7 @@ def _read_json_object(path: Path, what: str) -> dict[str, Any] | None:
             raise ProvenanceError(f"{path}: the {what} {link}")
         return None
     try:
-        obj = read_json_document(path, what=f"a {what}")
+        obj = read_json_document(path, what=f"a {what}", strict=True)
     except FileNotFoundError:
         return None
     except OSError as e:

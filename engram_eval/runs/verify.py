@@ -126,12 +126,115 @@ def _short_list(items: Sequence[str]) -> str:
 
 
 DATASET_HASH = "dataset sha256"
+SELECTION = "rows are exactly the questions the recorded selection takes from the dataset"
 GOLD = "gold re-derived from the dataset"
 ROWS_HASH = "rows sha256 matches the summary and sidecar"
 METRICS = "per-question metrics recomputed"
 SCORES = "scores never increase down each ranking"
 FIELDS = "row fields: only known keys, each as the dataset and the run give it"
 TRACE = "traces agree with the ranking, the scores and the dataset"
+
+
+def selection_rule(selection: Mapping[str, Any]) -> str:
+    """The recorded selection in words, as ``run`` was told it: ``--question-id`` (how many),
+    ``--limit``, ``--shard``, or every question."""
+    parts = []
+    if selection.get("question_ids"):
+        parts.append(f"--question-id x{len(selection['question_ids'])}")
+    if selection.get("limit") is not None:
+        parts.append(f"--limit {selection['limit']}")
+    shard = selection.get("shard")
+    if isinstance(shard, Mapping):
+        parts.append(f"--shard {shard.get('index')}/{shard.get('count')}")
+    return " ".join(parts) or "every question (no --question-id, --limit or --shard)"
+
+
+def _recorded_shard(meta: Mapping[str, Any]) -> tuple[tuple[int, int] | None, list[str]]:
+    """``((index, count) or None, problems)``: the sidecar's ``selection.shard`` checked for
+    shape (its ``rule`` the package's, ``all_ids`` a list of ids) and against the recorded
+    ``shard`` setting (``config_recorded.shard``: ``I/N``, "" once merged)."""
+    from engram_eval.runs.shard import RULE
+
+    shard = meta["selection"].get("shard")
+    setting = (meta.get("config_recorded") or {}).get("shard", "")
+    if shard is None:
+        return None, ([] if setting in ("", None) else [
+            f"config_recorded.shard is {setting!r}, but the selection records no shard"])
+    index, count = (shard.get("index"), shard.get("count")) if isinstance(shard, Mapping) \
+        else (None, None)
+    if not (type(index) is int and type(count) is int and 0 <= index < count) or \
+            shard.get("rule") != RULE or not isinstance(shard.get("all_ids"), list) or \
+            not all(isinstance(i, str) for i in shard["all_ids"]):
+        return None, [f"selection.shard is not a shard this package records (index, count, "
+                      f"rule {RULE!r}, all_ids): {str(shard)[:200]}"]
+    if setting != f"{index}/{count}":
+        return None, [f"selection.shard is {index}/{count}, but config_recorded.shard is "
+                      f"{setting!r}"]
+    return (index, count), []
+
+
+def _sequence_problems(what: str, got: Sequence[str], want: Sequence[str]) -> list[str]:
+    """``got`` against ``want`` (ordered ids): the ids missing, those extra, or else the
+    first position where the order differs; [] when equal."""
+    if list(got) == list(want):
+        return []
+    have, need = set(got), set(want)
+    missing = [i for i in want if i not in have]
+    extra = [i for i in got if i not in need]
+    out = []
+    if missing:
+        out.append(f"{what} lacks {len(missing)} question(s) the selection takes: "
+                   f"{_short_list(missing)}")
+    if extra:
+        out.append(f"{what} holds {len(extra)} question(s) the selection does not take: "
+                   f"{_short_list(extra)}")
+    if not out:
+        at = next(i for i, (a, b) in enumerate(zip(got, want, strict=True)) if a != b)
+        out.append(f"{what} is in another order: position {at + 1} holds {got[at]!r}, the "
+                   f"selection takes {want[at]!r} there")
+    return out
+
+
+def selection_problems(meta: Mapping[str, Any], row_ids: Sequence[str],
+                       dataset_ids: Sequence[str] | None, dataset: str | Path | None = None
+                       ) -> list[str]:
+    """Whether the rows are exactly the questions the sidecar's recorded selection takes
+    from the dataset: ``question_ids`` (file order kept) then ``limit``
+    (:func:`engram_eval.data.datasets.select_ids`, what ``run`` applies), then ``--shard``
+    (:func:`engram_eval.runs.shard.apply_shard`), each setting recorded the same in
+    ``config`` / ``config_recorded``, ``selection.n`` the number of ids, and the rows
+    (``row_ids``, in file order) the selected ids in the order ``run`` and ``merge`` write
+    them. ``dataset_ids``: the dataset's question ids in file order (None without
+    ``--dataset``: only what the sidecar and the rows determine is checked). A run with its
+    worst questions deleted from the rows and from ``selection.ids`` (hashes and fingerprint
+    recomputed) fails here: the rule still selects them."""
+    from types import SimpleNamespace
+
+    from engram_eval.data.datasets import select_ids
+    from engram_eval.errors import ConfigError
+    from engram_eval.runs.shard import apply_shard
+
+    sel = meta["selection"]
+    config = meta.get("config") or {}
+    out = [f"config.{k} is {config.get(k)!r}, but selection.{k} is {sel.get(k)!r}"
+           for k in ("question_ids", "limit") if k in config and config[k] != sel.get(k)]
+    if sel["n"] != len(sel["ids"]):
+        out.append(f"selection.n is {sel['n']}, but selection.ids holds {len(sel['ids'])}")
+    shard, bad = _recorded_shard(meta)
+    out += bad
+    out += _sequence_problems("the rows file", row_ids, sel["ids"])
+    if dataset_ids is None or out:
+        return out
+    try:
+        chosen = select_ids(dataset_ids, SimpleNamespace(question_ids=sel["question_ids"],
+                                                         limit=sel["limit"]),
+                            dataset or "the dataset")
+    except ConfigError as e:
+        return [str(e)]
+    if shard is not None:
+        out += _sequence_problems("selection.shard.all_ids", sel["shard"]["all_ids"], chosen)
+        chosen = apply_shard(chosen, chosen, shard)
+    return out + _sequence_problems(f"the run ({selection_rule(sel)})", sel["ids"], chosen)
 
 
 def check_row(row: Mapping[str, Any], question: Question | None,
@@ -310,6 +413,7 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
     else:
         rep.skip(DATASET_HASH, "no --dataset given")
         rep.skip(GOLD, "no --dataset given; the gold stored in the rows was trusted")
+    _check_selection(rep, meta, [r["question_id"] for r in rows], questions, dataset)
     replaced = meta["selection"].get("questions")
     texts_problem = _texts_problem(replaced, questions_file) if replaced and questions else ""
     if replaced and questions and not texts_problem:
@@ -381,6 +485,24 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
             return rep
         check_rerun(rep, meta, rows, questions, rerun, rerun_seed)
     return rep
+
+
+def _check_selection(rep: VerifyReport, meta: Mapping[str, Any], row_ids: Sequence[str],
+                     questions: Mapping[str, Question], dataset: str | Path | None) -> None:
+    """:data:`SELECTION` (:func:`selection_problems`); ``questions``: the dataset's, in file
+    order (empty without ``--dataset``, or with another file: then only the sidecar and the
+    rows are checked, and the check is *not checked* unless that already fails)."""
+    sel = meta["selection"]
+    problems = selection_problems(meta, row_ids, list(questions) if questions else None,
+                                  dataset)
+    if problems:
+        rep.add(SELECTION, False, _short_list(problems))
+    elif questions:
+        rep.add(SELECTION, True, f"{sel['n']} of the dataset's {len(questions)} questions, "
+                f"selected by {selection_rule(sel)}, in the order run writes them")
+    else:
+        rep.skip(SELECTION, "needs the dataset the run used (--dataset): the recorded rule "
+                 f"({selection_rule(sel)}) is re-applied to its questions")
 
 
 def _texts_problem(replaced: Mapping[str, Any], questions_file: str | Path | None) -> str:

@@ -53,7 +53,8 @@ def test_good_run_verifies(result: Path) -> None:
     rep = verification.verify(result, FIXTURE)
     assert rep.ok and rep.verified, rep.format()
     names = [n for n, _, _ in rep.checks]
-    assert names == ["sidecar schema", "fingerprint", ROWS, ROWS_HASH, "dataset sha256", GOLD,
+    assert names == ["sidecar schema", "fingerprint", ROWS, ROWS_HASH, "dataset sha256",
+                     verification.SELECTION, GOLD,
                      verification.FIELDS, METRICS, verification.SCORES, verification.TRACE,
                      SUMMARY, SOURCES]
     assert "FAIL" not in rep.format() and "not checked" not in rep.format()
@@ -63,7 +64,7 @@ def test_good_run_verifies(result: Path) -> None:
 def test_without_the_dataset_nothing_is_verified(result: Path) -> None:
     rep = verification.verify(result)
     assert rep.ok and not rep.verified  # nothing failed, but the gold was not re-derived
-    assert set(not_checked(rep)) == {"dataset sha256", GOLD}
+    assert set(not_checked(rep)) == {"dataset sha256", verification.SELECTION, GOLD}
     assert "[not checked] dataset sha256: no --dataset given" in rep.format()
     assert rep.verdict().startswith("NOT VERIFIED") and rep.exit_code == 3
 
