@@ -416,6 +416,8 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
     _check_selection(rep, meta, [r["question_id"] for r in rows], questions, dataset)
     replaced = meta["selection"].get("questions")
     texts_problem = _texts_problem(replaced, questions_file) if replaced and questions else ""
+    if replaced and questions:
+        _check_texts(rep, replaced, questions_file, texts_problem)
     if replaced and questions and not texts_problem:
         questions = _with_texts(questions, questions_file)
     text_known = not replaced or (bool(questions) and not texts_problem)
@@ -503,6 +505,26 @@ def _check_selection(rep: VerifyReport, meta: Mapping[str, Any], row_ids: Sequen
     else:
         rep.skip(SELECTION, "needs the dataset the run used (--dataset): the recorded rule "
                  f"({selection_rule(sel)}) is re-applied to its questions")
+
+
+TEXTS = "question texts the run ranked (run --questions FILE)"
+
+
+def _check_texts(rep: VerifyReport, replaced: Mapping[str, Any],
+                 questions_file: str | Path | None, problem: str) -> None:
+    """:data:`TEXTS`, for a run that replaced question texts (``selection.questions``): ok
+    when ``questions_file`` is that file (its texts then re-derive the time windows and
+    re-rank), FAIL for another file, and *not checked* without one: the windows the
+    traces record then go unchecked, so the run is not VERIFIED (exit 3)."""
+    if not problem:
+        rep.add(TEXTS, True, f"{questions_file} (sha256 {replaced['sha256'][:16]}…) applied")
+    elif questions_file is None:
+        rep.skip(TEXTS, f"the run replaced question texts from {replaced['name']} (sha256 "
+                 f"{replaced['sha256'][:16]}…); without that file (--questions) the time "
+                 "windows its traces record are not re-derived and no question can be "
+                 "re-ranked")
+    else:
+        rep.add(TEXTS, False, problem)
 
 
 def _texts_problem(replaced: Mapping[str, Any], questions_file: str | Path | None) -> str:
