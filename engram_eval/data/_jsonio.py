@@ -452,6 +452,16 @@ def _no_constant(name: str) -> Any:
                          "writes one)")
 
 
+_CONSTANT_KEY = re.compile(r'"((?:[^"\\]|\\.){0,200})"\s*:\s*-?(?:NaN|Infinity)\b')
+
+
+def _constant_key(text: str) -> str:
+    """The key whose value is the first ``NaN`` / ``Infinity`` of ``text`` (for the error of
+    a strict read; the parser's hook is not told the key), or ``(root)``."""
+    m = _CONSTANT_KEY.search(text)
+    return m.group(1) if m else ROOT_FIELD
+
+
 def parse_json_text(path: str | Path, text: str | bytes, record: str = FILE_RECORD, *,
                     id_key: str | None = None, strict: bool = False) -> Any:
     """Parse one JSON value held in memory (a whole file's text, one line, a database value)
@@ -469,7 +479,8 @@ def parse_json_text(path: str | Path, text: str | bytes, record: str = FILE_RECO
         data = (json.loads(text, object_pairs_hook=_unique_object, parse_constant=_no_constant)
                 if strict else json.loads(text))
     except _StrictProblem as exc:
-        raise InputError(path, record, exc.field, exc.reason) from None
+        raise InputError(path, record, exc.field if exc.field != ROOT_FIELD
+                         else _constant_key(text), exc.reason) from None
     except json.JSONDecodeError as exc:
         raise InputError(path, record, ROOT_FIELD, f"not valid JSON: {exc.msg} at line "
                          f"{exc.lineno} column {exc.colno}") from None

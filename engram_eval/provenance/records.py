@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -263,6 +264,10 @@ def rows_sha256(path: str | Path) -> str:
     return hashlib.sha256(read_rows_bytes(path)).hexdigest()
 
 
+#: A row's question id as its bytes show it (for naming a row that does not parse).
+_QUESTION_ID = re.compile(rb'"question_id"\s*:\s*"([^"\\]{1,200})"')
+
+
 def scan_rows(path: str | Path, *, required: Sequence[str],
               allowed_ids: Iterable[str] | None = None) -> RowScan:
     """Parse every row (plain or gzipped file); raise ProvenanceError for a malformed row
@@ -284,7 +289,10 @@ def scan_rows(path: str | Path, *, required: Sequence[str],
         try:
             obj = parse_json_line(path, n, raw, strict=True)  # only this package writes rows
         except InputError as e:
-            raise InputError(e.path, e.record, e.field, f"{e.reason}; the file is corrupt "
+            qid = _QUESTION_ID.search(raw)  # name the row's question where it can be seen
+            record = e.record + (f" (question {qid.group(1).decode('utf-8', 'replace')!r})"
+                                 if qid else "")
+            raise InputError(e.path, record, e.field, f"{e.reason}; the file is corrupt "
                              "beyond a torn last line, refusing") from None
         if not isinstance(obj, dict):
             raise ProvenanceError(f"{path}: line {n} is not a JSON object")

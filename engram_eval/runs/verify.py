@@ -39,9 +39,21 @@ from engram_eval.provenance.sidecar import (
     source_hashes,
     summary_path,
 )
-from engram_eval.runs.known_fields import sidecar_problems, summary_unknown_fields
+from engram_eval.runs.known_fields import (
+    sidecar_problems,
+    summary_shape_problems,
+    summary_unknown_fields,
+)
 from engram_eval.runs.reader import read_metadata, read_rows, read_summary
-from engram_eval.runs.row_checks import field_problems, trace_problems
+from engram_eval.runs.row_checks import (
+    config_problems,
+    described_settings,
+    field_problems,
+    metric_key_problems,
+    row_shape_problems,
+    trace_problems,
+    trace_settings_problems,
+)
 from engram_eval.runs.rows import order_rows
 from engram_eval.scoring import protocols as P
 from engram_eval.scoring.summary import GOLD_ABSENT, gold_absent, summarize_rows
@@ -133,6 +145,8 @@ METRICS = "per-question metrics recomputed"
 SCORES = "scores never increase down each ranking"
 FIELDS = "row fields: only known keys, each as the dataset and the run give it"
 TRACE = "traces agree with the ranking, the scores and the dataset"
+SUMMARY = "summary recomputed from rows"
+SETTINGS = "recorded settings agree with each other and with every row's trace"
 
 
 def selection_rule(selection: Mapping[str, Any]) -> str:
@@ -239,7 +253,8 @@ def selection_problems(meta: Mapping[str, Any], row_ids: Sequence[str],
 
 def check_row(row: Mapping[str, Any], question: Question | None,
               protocols: Sequence[str], *, trace_sessions: int | None = None,
-              text_known: bool = True) -> dict[str, list[str]]:
+              text_known: bool = True, retriever: str | None = None
+              ) -> dict[str, list[str]]:
     """The per-row checks of ``verify``, which ``--resume`` also runs on every row it keeps
     (:func:`check_kept_rows`): ``{check name: [problem, ...]}``, every list empty for a good
     row.
@@ -259,7 +274,11 @@ def check_row(row: Mapping[str, Any], question: Question | None,
       was replaced by a file not given)."""
     qid = row.get("question_id")
     out: dict[str, list[str]] = {GOLD: [], FIELDS: [], METRICS: [], SCORES: [], TRACE: []}
-    out[FIELDS] = field_problems(row, question, protocols)
+    shape = row_shape_problems(row)
+    if shape:  # a row no check below can read
+        out[FIELDS] = shape
+        return out
+    out[FIELDS] = field_problems(row, question, protocols, retriever)
     ranking = row.get("ranked_session_ids")
     if not isinstance(ranking, list) or not all(isinstance(s, str) for s in ranking):
         out[METRICS].append(f"{qid}: ranked_session_ids is not a list of session ids")
@@ -319,12 +338,13 @@ def check_row(row: Mapping[str, Any], question: Question | None,
 
 def check_kept_rows(path: str | Path, rows: Sequence[Mapping[str, Any]],
                     questions: Iterable[Question], protocols: Sequence[str], *,
-                    trace_sessions: int | None = None) -> None:
+                    trace_sessions: int | None = None, retriever: str | None = None) -> None:
     """``--resume``: run :func:`check_row` (exactly what ``verify`` checks per row) on every
     row already in ``path`` against its dataset ``question`` (``questions`` yields one per
     row, any order, with the texts the run ranked), and raise one :class:`ProvenanceError`
     naming the file, the line, the question and the check (and the field) at the first row
-    that fails, before anything is written. ``trace_sessions``: the run's setting."""
+    that fails, before anything is written. ``trace_sessions``, ``retriever``: the run's
+    settings."""
     line_of = {r["question_id"]: n for n, r in enumerate(rows, start=1)}
     by_id = {r["question_id"]: r for r in rows}
     done: set[str] = set()
@@ -333,8 +353,8 @@ def check_kept_rows(path: str | Path, rows: Sequence[Mapping[str, Any]],
         if row is None:
             continue
         done.add(q.question_id)
-        for name, problems in check_row(row, q, protocols,
-                                        trace_sessions=trace_sessions).items():
+        for name, problems in check_row(row, q, protocols, trace_sessions=trace_sessions,
+                                        retriever=retriever).items():
             if problems:
                 raise ProvenanceError(
                     f"{path}: line {line_of[q.question_id]} (question {q.question_id!r}) "
@@ -428,7 +448,8 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
         if questions and q is None:
             bad[GOLD].append(f"{r['question_id']}: no such question in the dataset")
         for name, problems in check_row(r, q, protocols, trace_sessions=trace_sessions,
-                                        text_known=text_known).items():
+                                        text_known=text_known,
+                                        retriever=meta["config"]["retriever"]).items():
             bad[name].extend(problems)
     if questions:
         rep.add(GOLD, not bad[GOLD], _short_list(bad[GOLD]))
@@ -441,10 +462,15 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
             "without --dataset: against the ranking and scores only" if not questions else
             "time windows not re-derived: the run replaced question texts (pass that file "
             "with --questions)")
-    if stored is not None:
+    _check_settings(rep, meta, rows)
+    unreadable = [p for r in rows for p in row_shape_problems(r)] or metric_key_problems(rows)
+    if stored is not None and unreadable:
+        rep.add(SUMMARY, False, "not recomputed: " + _short_list(unreadable))
+    elif stored is not None:
         fresh_summary = summarize_rows(order_rows(rows, ids), protocols)
         diffs = [f"summary field {k!r} is not one engram-eval writes"
                  for k in summary_unknown_fields(stored)]
+        diffs += [f"summary {d}" for d in summary_shape_problems(stored)]
         diffs += _cmp_summary(stored.get("protocols"), fresh_summary["protocols"], "protocols")
         if stored.get("frozen_source") != meta.get("frozen_source"):
             diffs.append(f"summary frozen_source {stored.get('frozen_source')!r} differs from "
@@ -473,9 +499,9 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
             if stored.get(key) != want:
                 diffs.append(f"summary {key} {stored.get(key)!r} differs from the sidecar's "
                              f"{want!r}")
-        rep.add("summary recomputed from rows", not diffs, "; ".join(diffs[:5]))
+        rep.add(SUMMARY, not diffs, "; ".join(diffs[:5]))
     elif not spath.exists():
-        rep.add("summary recomputed from rows", False, f"{spath} is missing")
+        rep.add(SUMMARY, False, f"{spath} is missing")
     _check_sources(rep, meta["sources"], sources_at, repo)
     if rerun:
         if texts_problem:
@@ -505,6 +531,28 @@ def _check_selection(rep: VerifyReport, meta: Mapping[str, Any], row_ids: Sequen
     else:
         rep.skip(SELECTION, "needs the dataset the run used (--dataset): the recorded rule "
                  f"({selection_rule(sel)}) is re-applied to its questions")
+
+
+def _check_settings(rep: VerifyReport, meta: Mapping[str, Any],
+                    rows: Sequence[Mapping[str, Any]]) -> None:
+    """:data:`SETTINGS`: the sidecar's ``config`` against its ``retriever`` section
+    (:func:`~engram_eval.runs.row_checks.config_problems`) and, for a run of the pipeline,
+    the settings each row's question trace records against them
+    (:func:`~engram_eval.runs.row_checks.trace_settings_problems`): a sidecar edited to
+    claim other settings (rrf fusion, other weights, another boost or retriever) than the
+    rows were ranked with fails here, without ``--rerun``."""
+    from engram_eval.errors import ConfigError
+
+    problems = config_problems(meta)
+    try:
+        settings = described_settings(meta.get("retriever") or {})
+    except ConfigError as e:
+        settings = None
+        problems.append(f"sidecar field 'retriever': {e}")
+    if settings is not None:
+        problems += [p for r in rows if not row_shape_problems(r)
+                     for p in trace_settings_problems(r, settings)]
+    rep.add(SETTINGS, not problems, _short_list(problems))
 
 
 TEXTS = "question texts the run ranked (run --questions FILE)"

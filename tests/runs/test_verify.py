@@ -56,7 +56,7 @@ def test_good_run_verifies(result: Path) -> None:
     assert names == ["sidecar schema", "fingerprint", ROWS, ROWS_HASH, "dataset sha256",
                      verification.SELECTION, GOLD,
                      verification.FIELDS, METRICS, verification.SCORES, verification.TRACE,
-                     SUMMARY, SOURCES]
+                     verification.SETTINGS, SUMMARY, SOURCES]
     assert "FAIL" not in rep.format() and "not checked" not in rep.format()
     assert rep.verdict() == "VERIFIED" and rep.exit_code == 0
 
