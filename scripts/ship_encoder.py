@@ -10,16 +10,15 @@ engram_eval.analysis.ship_encoder). Refuses an existing NAME.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from engram_eval.analysis.ship_encoder import ship_encoder
+from engram_eval.retrieval.flags import ArgumentParser
 from engram_eval.retrieval.models import SHIPPED_ROOT
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0],
-                                 allow_abbrev=False)
+    ap = ArgumentParser(description=__doc__.strip().splitlines()[0])
     ap.add_argument("model_dir")
     ap.add_argument("training_card")
     ap.add_argument("name")

@@ -212,7 +212,7 @@ def analyze_run(path: str | Path, *, k: int = 5, protocol: str | None = None,
     from engram_eval.runs.reader import read_run
 
     run = read_run(path)
-    protocol = protocol or run.default_protocol
+    protocol = run.protocol(protocol)  # one the rows are scored under
     side = sidecar_window(run.sidecar)
     w = window if window is not None else side if side is not None else DEFAULT_WINDOW
     rep = analyze_rows(run.rows, k=k, protocol=protocol, window=w, source=run.path)

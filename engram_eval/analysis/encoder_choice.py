@@ -30,7 +30,6 @@ The report (never overwritten) has a derived sidecar naming every run by hash.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 from collections.abc import Sequence
@@ -107,8 +106,8 @@ def paired_interval(diff: np.ndarray, units: Sequence[str], n_boot: int, seed: i
     for d, u in zip(diff, units, strict=True):
         sums[pos[u]] += d
         sizes[pos[u]] += 1
-    counts = draw_counts(len(keys), n_boot, seed)
-    reps = (counts @ sums) / (counts @ sizes)
+    reps = np.concatenate([(counts @ sums) / (counts @ sizes)
+                           for counts in draw_counts(len(keys), n_boot, seed)])
     lo, hi = np.quantile(reps, [0.025, 0.975])
     return [float(lo), float(hi)]
 
@@ -200,10 +199,9 @@ def format_report(report: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     from engram_eval.io import dump_json, exclusive_write
     from engram_eval.provenance.derived import write_derived_sidecar
-    from engram_eval.retrieval.flags import output_file
+    from engram_eval.retrieval.flags import ArgumentParser, output_file
 
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
-                                 allow_abbrev=False)
+    ap = ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--baseline", nargs="+", required=True, help="tuning runs, today's encoder")
     ap.add_argument("--candidate", nargs="+", required=True,
                     help="tuning runs, each made with an encoder that never saw its questions")

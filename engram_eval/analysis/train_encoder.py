@@ -257,6 +257,7 @@ def _part_triplets(part_p: Path, run: str | Path, s: EncoderTrainSettings
                    ) -> tuple[list[Triplet], dict[str, Any], dict[str, Any], list[str]]:
     """One part's checks and triplets: (triplets, counts, card entry, left-out ids)."""
     from engram_eval.data.datasets import load_questions
+    from engram_eval.provenance.guard import refuse_heldout_run
     from engram_eval.runs.reader import read_run
 
     marker = refuse_heldout(part_p)
@@ -265,6 +266,7 @@ def _part_triplets(part_p: Path, run: str | Path, s: EncoderTrainSettings
     if finished.dataset_sha256 != part_sha:
         raise ProvenanceError(f"{run}: was made on data with sha256 {finished.dataset_sha256}, "
                               f"not on {part_p} ({part_sha}); train on the run of this part")
+    refuse_heldout_run(finished.metadata, run, "an encoder is trained on tuning parts only")
     _, questions = load_questions(part_p)
     left_out: list[str] = []
     if s.exclude_fold:

@@ -72,7 +72,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     check_free(args, args.output, args.plot)
     a, b = read_run(args.a), read_run(args.b)
-    protocol = args.protocol or a.default_protocol
+    protocol = a.protocol(args.protocol)
+    b.protocol(protocol)  # both runs scored under it
     rep = compare_runs(a, b, protocol=protocol, metrics=args.metrics,
                        n_boot=args.bootstrap, seed=args.seed, segments=args.segments,
                        segment_by=args.segment_by, alpha=args.alpha, cluster=args.cluster,
@@ -137,7 +138,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     check_free(args, args.output)
     run = read_run(args.run)
-    protocol = args.protocol or run.default_protocol
+    protocol = run.protocol(args.protocol)
     curves = curves_from_rows(run.rows, protocol, KS)
     labels = FigureLabels(
         dataset=f"{run.dataset_name} (sha256 {str(run.dataset_sha256)[:12]}…)",

@@ -31,8 +31,10 @@ def add_verify(sub: Any) -> None:
                    "on the ranking alone). Refused when the model files that resolve now "
                    "differ from the recorded sha256. Needs --dataset")
     v.add_argument("--questions", metavar="FILE",
-                   help="with --rerun, for a run made with `run --questions FILE`: the same "
-                   "file (checked by sha256), whose texts replace the re-ranked questions'")
+                   help="for a run made with `run --questions FILE`: the same file (checked "
+                   "by sha256), whose texts re-derive the time windows the traces record "
+                   "and replace the re-ranked questions' (without it such a run is not "
+                   "VERIFIED: exit status 3)")
     v.add_argument("--rerun-seed", metavar="SEED", type=seed_int, default=None,
                    help="seed of the --rerun sample (default: a fresh random seed, printed on "
                    "the check line so the same questions can be re-run)")

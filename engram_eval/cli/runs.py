@@ -84,6 +84,9 @@ def add_merge(sub: Any) -> None:
     g.add_argument("--sources-at", metavar="COMMIT",
                    help="as verify --sources-at: compare the shards' recorded source hashes "
                    "with this git revision instead of the installed package")
+    g.add_argument("--questions", metavar="FILE",
+                   help="shards made with `run --questions FILE`: that file, as verify "
+                   "--questions (without it they do not verify, and are not merged)")
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -91,7 +94,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from engram_eval.scoring.summary import format_summary
 
     summary = merge(args.shards, args.output, command=sys.argv, dataset=args.dataset,
-                    sources_at=args.sources_at)
+                    sources_at=args.sources_at, questions_file=args.questions)
     print(f"merged {len(args.shards)} shard(s), {summary['n_questions']} questions, into "
           f"{args.output}")
     print(f"fingerprint {summary['fingerprint']}")

@@ -26,6 +26,9 @@ held elsewhere (:func:`parse_json_text`: a database value). The contract, for ea
   return the surrogate, ijson's C backend a ``?``); a pair (``"\\ud83d\\ude00"``) is one
   character, the same in both; bytes that are not UTF-8 (an encoded surrogate included)
   are refused too;
+* a strict read (``strict=True``: the records of a run, which only this package writes)
+  also refuses a key repeated within one object (the ``json`` module keeps the last value)
+  and the non-JSON constants ``NaN`` / ``Infinity``;
 * every failure is one :class:`engram_eval.errors.InputError` (a :class:`DataError`) naming
   the file, the record (``(file)``, ``line N``, ``question_id=... (index N)``) and, where
   known, the field. A missing file is the ``FileNotFoundError`` it was (callers say what
@@ -465,17 +468,67 @@ def _run_error(path: Path, prefix: bytes, run: int, id_key: str | None) -> Input
                       "'\"'; refusing to read further")
 
 
+class _StrictProblem(ValueError):
+    """What :func:`_strict_hooks` found (the field and what is wrong with it)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(reason)
+        self.field = field
+        self.reason = reason
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook`` of a strict read: an object whose key appears
+    twice is refused (the ``json`` module would keep the last value silently)."""
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _StrictProblem(key, f"key {key[:MAX_FIELD_CHARS]!r} appears twice in one "
+                                 "object (JSON readers disagree on which value counts; no "
+                                 "writer of this package repeats a key)")
+        seen.add(key)
+    return obj  # pragma: no cover - a shorter dict means a repeated key
+
+
+def _no_constant(name: str) -> Any:
+    """``json.loads``' ``parse_constant`` of a strict read: ``NaN``, ``Infinity`` and
+    ``-Infinity`` are not JSON (RFC 8259), and no writer of this package emits them."""
+    raise _StrictProblem(ROOT_FIELD, f"{name} is not a JSON number (no writer of this package "
+                         "writes one)")
+
+
+_CONSTANT_KEY = re.compile(r'"((?:[^"\\]|\\.){0,200})"\s*:\s*-?(?:NaN|Infinity)\b')
+
+
+def _constant_key(text: str) -> str:
+    """The key whose value is the first ``NaN`` / ``Infinity`` of ``text`` (for the error of
+    a strict read; the parser's hook is not told the key), or ``(root)``."""
+    m = _CONSTANT_KEY.search(text)
+    return m.group(1) if m else ROOT_FIELD
+
+
 def parse_json_text(path: str | Path, text: str | bytes, record: str = FILE_RECORD, *,
-                    id_key: str | None = None) -> Any:
+                    id_key: str | None = None, strict: bool = False) -> Any:
     """Parse one JSON value held in memory (a whole file's text, one line, a database value)
     of ``path``; ``record`` names it in errors (``(file)``: a whole file, whose top-level list
     elements are then named by ``id_key``). Syntax errors, nesting deeper than
     :data:`MAX_DEPTH` (``RecursionError`` never escapes), strings longer than
     :data:`MAX_STRING_CHARS`, lone surrogate escapes and bytes that are not UTF-8
-    (:func:`json_text`) are one :class:`InputError` naming the record and field."""
+    (:func:`json_text`) are one :class:`InputError` naming the record and field.
+
+    ``strict`` (the records of a run: rows, sidecars, summaries, which only this package
+    writes): a key repeated within one object and the non-JSON constants ``NaN``,
+    ``Infinity`` and ``-Infinity`` are refused too, naming the key."""
     text = json_text(path, text, id_key, _as_record(record))
     try:
-        data = json.loads(text, object_pairs_hook=_unique_keys)
+        data = (json.loads(text, object_pairs_hook=_unique_object, parse_constant=_no_constant)
+                if strict else json.loads(text, object_pairs_hook=_unique_keys))
+    except _StrictProblem as exc:
+        raise InputError(path, record, exc.field if exc.field != ROOT_FIELD
+                         else _constant_key(text), exc.reason) from None
     except _DuplicateKey as dup:  # the streaming scan names the record and field
         locate_limit_violation(path, id_key, source=text, record=_as_record(record))
         raise InputError(path, record, ROOT_FIELD,  # pragma: no cover - located above
@@ -529,19 +582,21 @@ def _as_record(record: str) -> str | None:
 
 
 def read_json_document(path: str | Path, *, what: str = "", limit: int | None = None,
-                       id_key: str | None = None) -> Any:
+                       id_key: str | None = None, strict: bool = False) -> Any:
     """One whole JSON document (plain or gzipped, any extension) under every limit of the
     module docstring: at most ``limit`` bytes (default :data:`MAX_DOCUMENT_BYTES`), ``what``
     naming the kind of file in the size error. A missing file is ``FileNotFoundError``;
-    every other failure one :class:`InputError` naming the file, record and field."""
+    every other failure one :class:`InputError` naming the file, record and field.
+    ``strict``: as :func:`parse_json_text`."""
     cap = MAX_DOCUMENT_BYTES if limit is None else limit
     return parse_json_text(path, read_capped_bytes(path, cap, what=what, id_key=id_key),
-                           id_key=id_key)
+                           id_key=id_key, strict=strict)
 
 
-def parse_json_line(path: str | Path, number: int, raw: bytes) -> Any:
+def parse_json_line(path: str | Path, number: int, raw: bytes, *, strict: bool = False) -> Any:
     """Line ``number`` (1-based) of a JSON lines file, its newline included or not: at most
-    :data:`MAX_LINE_BYTES` bytes, then :func:`parse_json_text` with record ``line N``."""
+    :data:`MAX_LINE_BYTES` bytes, then :func:`parse_json_text` with record ``line N``
+    (``strict`` as there)."""
     record = f"line {number}"
     if len(raw) - raw.endswith(b"\n") > MAX_LINE_BYTES:
         raise InputError(path, record, ROOT_FIELD, f"a line of more than {MAX_LINE_BYTES} "
@@ -549,7 +604,7 @@ def parse_json_line(path: str | Path, number: int, raw: bytes) -> Any:
     if number > 1 and raw.startswith(UTF8_BOM):  # only the file's start may hold one
         raise InputError(path, record, ROOT_FIELD, "not valid JSON: a byte order mark "
                          "inside the file")
-    return parse_json_text(path, raw, record)
+    return parse_json_text(path, raw, record, strict=strict)
 
 
 def iter_json_lines(path: str | Path, *, what: str = "", limit: int | None = None

@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -155,7 +156,7 @@ def read_meta(output: str | Path) -> dict[str, Any]:
                               f"{f' ({link})' if link else ''}; {output} cannot be resumed or "
                               "checked without it")
     try:
-        meta = read_json_document(side, what="a metadata sidecar")
+        meta = read_json_document(side, what="a metadata sidecar", strict=True)
     except OSError as e:
         raise ProvenanceError(f"{side}: sidecar is not readable JSON: {e}") from None
     if not isinstance(meta, dict):
@@ -263,6 +264,10 @@ def rows_sha256(path: str | Path) -> str:
     return hashlib.sha256(read_rows_bytes(path)).hexdigest()
 
 
+#: A row's question id as its bytes show it (for naming a row that does not parse).
+_QUESTION_ID = re.compile(rb'"question_id"\s*:\s*"([^"\\]{1,200})"')
+
+
 def scan_rows(path: str | Path, *, required: Sequence[str],
               allowed_ids: Iterable[str] | None = None) -> RowScan:
     """Parse every row (plain or gzipped file); raise ProvenanceError for a malformed row
@@ -282,9 +287,12 @@ def scan_rows(path: str | Path, *, required: Sequence[str],
                          "so it is not a row cut short by an interruption; refusing")
     for n, raw in enumerate(lines, start=1):
         try:
-            obj = parse_json_line(path, n, raw)
+            obj = parse_json_line(path, n, raw, strict=True)  # only this package writes rows
         except InputError as e:
-            raise InputError(e.path, e.record, e.field, f"{e.reason}; the file is corrupt "
+            qid = _QUESTION_ID.search(raw)  # name the row's question where it can be seen
+            record = e.record + (f" (question {qid.group(1).decode('utf-8', 'replace')!r})"
+                                 if qid else "")
+            raise InputError(e.path, record, e.field, f"{e.reason}; the file is corrupt "
                              "beyond a torn last line, refusing") from None
         if not isinstance(obj, dict):
             raise ProvenanceError(f"{path}: line {n} is not a JSON object")

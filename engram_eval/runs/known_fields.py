@@ -17,14 +17,21 @@ tests/runs/test_verify.py checks that every key the writers produce is listed):
   :class:`~engram_eval.retrieval.models.ModelRef`); ``fingerprint_fields`` must be the
   package's :data:`~engram_eval.provenance.sidecar.FINGERPRINT_FIELDS`.
 
-Sections owned by a retriever (``retriever``, the per-question and per-session traces) or by
-another record (``frozen_source``, ``selection.questions``) are not listed here.
+* a row's traces (:func:`trace_keys`): ``trace.question``, each ``trace.sessions[i]`` and its
+  ``gate_features``, by the retriever that wrote them; for the hybrid pipeline (``hybrid``,
+  ``bm25``, ``dense``) the keys of :class:`~engram_eval.retrieval.pipeline.QuestionTrace` and
+  :class:`~engram_eval.retrieval.pipeline.SessionTrace`, each signal's ``s``, ``s_rank``,
+  ``s_turns`` and :data:`~engram_eval.retrieval.gate_features.GATE_FEATURES`; for the three
+  small retrievers the keys their ``rank`` writes (:data:`SMALL_TRACE_KEYS`).
+
+The ``retriever`` section (the backend's own description) and sections owned by another
+record (``frozen_source``, ``selection.questions``) are not listed here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +102,96 @@ def summary_unknown_fields(summary: Mapping[str, Any]) -> list[str]:
     return unknown_keys(summary, SUMMARY_FIELDS)
 
 
-def row_unknown_fields(row: Mapping[str, Any]) -> list[str]:
+@dataclass(frozen=True)
+class TraceKeys:
+    """The keys a retriever writes in a row's traces: ``trace.question``, each
+    ``trace.sessions[i]``, and each session's ``gate_features``."""
+
+    question: frozenset[str]
+    session: frozenset[str]
+    gate_features: frozenset[str] = frozenset()
+
+
+#: The traces of the retrievers that are not the hybrid pipeline, as their ``rank`` writes
+#: them (``flat-bm25``: :mod:`engram_eval.retrieval.bm25`, ``dummy``:
+#: :mod:`engram_eval.retrieval.dummy`, ``memo-lexical``:
+#: :mod:`engram_eval.retrieval.memo_lexical`; tests/runs/test_verify_hostile_rows.py runs
+#: each and checks that every key written is listed and every key listed written).
+SMALL_TRACE_KEYS: dict[str, TraceKeys] = {
+    "flat-bm25": TraceKeys(frozenset(), frozenset({"bm25_user"})),
+    "dummy": TraceKeys(frozenset(), frozenset({"hash_score"})),
+    "memo-lexical": TraceKeys(frozenset({"retriever", "question_phrase_hits", "window",
+                                         "phrases"}),
+                              frozenset({"stage", "returned", "weight", "found_by"})),
+}
+#: The retrievers built on the hybrid pipeline (:mod:`engram_eval.retrieval.hybrid`).
+PIPELINE_RETRIEVERS = ("hybrid", "bm25", "dense")
+
+
+def trace_keys(retriever: Any) -> TraceKeys | None:
+    """The trace keys the named retriever writes (None for a name the package does not
+    have: its traces cannot be held to a list). The pipeline's lists are read from its
+    trace types, imported only for a run of the pipeline."""
+    if retriever in SMALL_TRACE_KEYS:
+        return SMALL_TRACE_KEYS[retriever]
+    if retriever not in PIPELINE_RETRIEVERS:
+        return None
+    from engram_eval.retrieval.gate_features import GATE_FEATURES
+    from engram_eval.retrieval.pipeline import QuestionTrace, SessionTrace
+    from engram_eval.retrieval.settings import SIGNALS
+
+    signals = {f"{name}{suffix}" for name, _, _ in SIGNALS for suffix in ("", "_rank", "_turns")}
+    return TraceKeys(frozenset(QuestionTrace.__annotations__),
+                     frozenset(SessionTrace.__annotations__) | signals,
+                     frozenset(GATE_FEATURES))
+
+
+def _trace_unknown_fields(trace: Any, keys: TraceKeys) -> list[str]:
+    """The keys of ``trace`` (a row's ``trace`` object) outside ``keys``."""
+    if not isinstance(trace, Mapping):
+        return []
+    out = unknown_keys(trace.get("question"), keys.question, "trace.question")
+    sessions = trace.get("sessions")
+    for i, t in enumerate(sessions if isinstance(sessions, list) else []):
+        out += unknown_keys(t, keys.session, f"trace.sessions[{i}]")
+        if isinstance(t, Mapping):
+            out += unknown_keys(t.get("gate_features"), keys.gate_features,
+                                f"trace.sessions[{i}].gate_features")
+    return out
+
+
+def _counts(value: Any) -> bool:
+    """An object of non-negative integer counts."""
+    return isinstance(value, Mapping) and all(
+        type(v) is int and v >= 0 for v in value.values())
+
+
+def summary_shape_problems(summary: Mapping[str, Any]) -> list[str]:
+    """The summary fields readers use, each of the type
+    :func:`~engram_eval.scoring.summary.build_summary` writes, as ``field 'NAME': what is
+    wrong``: ``n_questions`` and ``gold_absent_from_haystack`` non-negative integers,
+    ``unparsable_dates`` and ``temporal_windows`` objects of such counts, ``protocols`` an
+    object of objects, the names and hashes strings (whichever are present)."""
+    from engram_eval.retrieval.settings import short_repr
+
+    checks = {"n_questions": lambda v: type(v) is int and v >= 0,
+              "gold_absent_from_haystack": lambda v: type(v) is int and v >= 0,
+              "unparsable_dates": _counts, "temporal_windows": _counts,
+              "protocols": lambda v: isinstance(v, Mapping) and all(
+                  isinstance(x, Mapping) for x in v.values()),
+              **{k: lambda v: isinstance(v, str) for k in ("fingerprint", "dataset",
+                                                           "dataset_sha256", "retriever",
+                                                           "rows_sha256")}}
+    return [f"field {k!r} is {short_repr(summary[k], 60)}, not what engram-eval writes "
+            "there" for k, ok in checks.items() if k in summary and not ok(summary[k])]
+
+
+def row_unknown_fields(row: Mapping[str, Any], retriever: str | None = None) -> list[str]:
     """The row keys :func:`~engram_eval.runs.rows.make_row` never writes (its ``trace`` and
-    ``timing`` objects included)."""
+    ``timing`` objects included) and, given the run's ``retriever``, the trace keys it never
+    writes (:func:`trace_keys`)."""
+    keys = trace_keys(retriever) if retriever is not None else None
     return [*unknown_keys(row, ROW_FIELDS), *unknown_keys(row.get("trace"), TRACE_FIELDS,
                                                             "trace"),
+            *(_trace_unknown_fields(row.get("trace"), keys) if keys is not None else []),
             *unknown_keys(row.get("timing"), TIMING_FIELDS, "timing")]

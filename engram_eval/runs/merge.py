@@ -338,13 +338,15 @@ def merged_metadata(meta: dict[str, Any]) -> dict[str, Any]:
 
 def merge(inputs: Sequence[str | Path], output: str | Path, *,
           command: Sequence[str] | None = None, dataset: str | Path | None = None,
-          sources_at: str | None = None,
+          sources_at: str | None = None, questions_file: str | Path | None = None,
           echo: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Check and merge shard results (module docstring); returns the merged summary.
 
     ``dataset`` (required) is the file the shards were run on: every shard must pass
     ``verify`` against it (``sources_at``: compare the recorded sources with that git
-    revision instead of the installed package, as ``verify --sources-at``). ``echo``
+    revision instead of the installed package, as ``verify --sources-at``;
+    ``questions_file``: the ``--questions`` file of shards that replaced question texts, as
+    ``verify --questions``). ``echo``
     (default: stderr) receives the note about a stale temporary directory removed."""
     from engram_eval.retrieval.temporal import unparsable_date_counts, unparsable_dates
     from engram_eval.scoring.summary import build_summary, evidence_unresolved, gold_absent
@@ -435,7 +437,7 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
     absent = [i for i in all_ids if i not in rows_by_id]
     if absent:  # pragma: no cover - each shard was checked complete
         raise ProvenanceError(f"merge: {len(absent)} question(s) have no row, e.g. {absent[:3]}")
-    questions = _verify_shards(inputs, metas, dataset, sources_at)
+    questions = _verify_shards(inputs, metas, dataset, sources_at, questions_file)
 
     # Write: rows, sidecar and summary into the temporary directory, then link them into
     # place (rows last); nothing of the output exists until every file is complete.
@@ -483,7 +485,8 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
 
 
 def _verify_shards(inputs: Sequence[str | Path], metas: Sequence[dict[str, Any]],
-                   dataset: str | Path, sources_at: str | None) -> dict[str, Question]:
+                   dataset: str | Path, sources_at: str | None,
+                   questions_file: str | Path | None = None) -> dict[str, Question]:
     """Every shard passes ``verify`` against ``dataset`` (every check run and passed), else
     one ProvenanceError naming the shard and its failed (or unchecked) checks; returns the
     dataset's questions by id."""
@@ -493,7 +496,8 @@ def _verify_shards(inputs: Sequence[str | Path], metas: Sequence[dict[str, Any]]
     _, qs = load_questions(dataset, metas[0]["dataset_format"])
     questions = {q.question_id: q for q in qs}
     for path, meta in zip(inputs, metas, strict=True):
-        rep = verify(path, dataset, sources_at=sources_at, questions=questions)
+        rep = verify(path, dataset, sources_at=sources_at, questions=questions,
+                     questions_file=questions_file)
         if rep.verified:
             continue
         sh = meta["selection"]["shard"]

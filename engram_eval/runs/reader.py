@@ -58,6 +58,20 @@ class FinishedRun:
     def label(self) -> str:
         return self.path.name
 
+    def protocol(self, requested: str | None) -> str:
+        """``requested`` (``--protocol``), or the run's default when None; a protocol the
+        rows are not scored under is one :class:`~engram_eval.errors.ConfigError` naming
+        the run and the protocols it holds (the views would otherwise count no question and
+        print zeros)."""
+        from engram_eval.errors import ConfigError
+
+        protocol = requested or self.default_protocol
+        held = sorted({p for r in self.rows for p in (r.get("metrics") or {})})
+        if self.rows and protocol not in held:
+            raise ConfigError(f"--protocol {protocol!r}: {self.path} is not scored under it "
+                              f"(its rows hold {', '.join(held) or 'no protocol'})")
+        return protocol
+
     @property
     def default_protocol(self) -> str:
         """``locomo`` when the rows are scored under it, else ``answerable``."""
@@ -86,7 +100,7 @@ def _read_json_object(path: Path, what: str) -> dict[str, Any] | None:
             raise ProvenanceError(f"{path}: the {what} {link}")
         return None
     try:
-        obj = read_json_document(path, what=f"a {what}")
+        obj = read_json_document(path, what=f"a {what}", strict=True)
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -118,6 +132,32 @@ def _refuse_unfinished(p: Path, scan: RowScan, sidecar: dict[str, Any] | None,
     raise ProvenanceError(f"{p}: the run is unfinished: {len(scan.rows)} of the {n} selected "
                           "questions have rows, there is no summary and its sidecar records "
                           "no completed run over these rows (finish it with --resume first)")
+
+
+def _refuse_unreadable(p: Path, rows: list[dict[str, Any]],
+                       summary: dict[str, Any] | None) -> None:
+    """One :class:`ProvenanceError` naming the file, the line, the question and the field of
+    the first row that is not of the types readers rely on
+    (:func:`~engram_eval.runs.row_checks.row_shape_problems`), or whose metrics are keyed
+    otherwise than the other rows' (:func:`~engram_eval.runs.row_checks.metric_key_problems`),
+    or the summary field of another type
+    (:func:`~engram_eval.runs.known_fields.summary_shape_problems`): the commands that read a
+    run stop there instead of failing inside their arithmetic."""
+    from engram_eval.runs.known_fields import summary_shape_problems
+    from engram_eval.runs.row_checks import metric_key_problems, row_shape_problems
+
+    hint = f"; the run cannot be read (see `engram-eval verify {p}`)"
+    for n, row in enumerate(rows, start=1):
+        bad = row_shape_problems(row)
+        if bad:
+            raise ProvenanceError(f"{p}: line {n}: {bad[0]}" + (
+                f" (+{len(bad) - 1} more)" if len(bad) > 1 else "") + hint)
+    bad = metric_key_problems(rows)
+    if bad:
+        raise ProvenanceError(f"{p}: {bad[0]}{hint}")
+    bad = summary_shape_problems(summary or {})
+    if bad:
+        raise ProvenanceError(f"{summary_path(p)}: {bad[0]}{hint}")
 
 
 def read_metadata(result: str | Path) -> dict[str, Any]:
@@ -161,6 +201,7 @@ def read_run(path: str | Path, *, require_sidecar: bool = False,
                               f"of {p} hash to {scan.sha256}; the summary does not describe "
                               "them")
     _refuse_unfinished(p, scan, sidecar, summary)
+    _refuse_unreadable(p, scan.rows, summary)
     shas: dict[str, str] = {}
     name = None
     if summary and summary.get("dataset_sha256"):

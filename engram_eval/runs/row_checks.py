@@ -11,6 +11,7 @@ row and the run determine is checked (key sets, counts, the trace against the ra
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,6 +37,136 @@ def floats_equal(a: Any, b: Any) -> bool:
     return is_number(a) and is_number(b) and math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12)
 
 
+def is_finite_number(x: Any) -> bool:
+    """A number a float holds, not NaN or infinite (an integer of 400 digits is not one: no
+    writer of the package writes one, and every reader would fail converting it)."""
+    if not is_number(x):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
+def _shown(value: Any) -> str:
+    """``value`` for a message, cut short (a forged number may have hundreds of digits)."""
+    from engram_eval.retrieval.settings import short_repr
+
+    return short_repr(value, 40)
+
+
+def _bad_item(items: list[Any], ok: Any) -> str:
+    """Where the first item of ``items`` failing ``ok`` is, and what it holds."""
+    i = next(i for i, x in enumerate(items) if not ok(x))
+    return f"item {i} is {_shown(items[i])}"
+
+
+def row_shape_problems(row: Mapping[str, Any]) -> list[str]:
+    """The types every reader of a finished run relies on, whatever the dataset and the run:
+    ``question_type`` a string, ``ranked_session_ids`` a list of strings, ``scores`` as many
+    finite numbers, ``gold`` and ``metrics`` objects keyed by protocol (a gold list of
+    session ids or null; metrics an object of finite numbers or null), ``trace`` an object
+    whose ``question`` is an object and ``sessions`` a list of objects, ``timing`` an
+    object. ``verify`` reports these as failed checks and checks such a row no further;
+    every other reader refuses the run (:func:`engram_eval.runs.reader.read_run`)."""
+    qid = row.get("question_id")
+    out = []
+    if "question_type" in row and not isinstance(row["question_type"], str):
+        out.append(problem(qid, "question_type", f"{_shown(row['question_type'])} is not a "
+                           "string"))
+    ranking = row.get("ranked_session_ids")
+    if not isinstance(ranking, list) or not all(isinstance(x, str) for x in ranking):
+        out.append(problem(qid, "ranked_session_ids", "not a list of session ids (" + (
+            _bad_item(ranking, lambda x: isinstance(x, str)) if isinstance(ranking, list)
+            else _shown(ranking)) + ")"))
+    scores = row.get("scores")
+    if not isinstance(scores, list) or not all(is_finite_number(x) for x in scores):
+        out.append(problem(qid, "scores", "not a list of finite numbers (" + (
+            _bad_item(scores, is_finite_number) if isinstance(scores, list)
+            else _shown(scores)) + ")"))
+    elif isinstance(ranking, list) and len(scores) != len(ranking):
+        out.append(problem(qid, "scores", f"{len(scores)} scores for {len(ranking)} ranked "
+                           "sessions"))
+    for name in ("gold", "metrics"):
+        if name in row and not isinstance(row[name], Mapping):
+            out.append(problem(qid, name, f"{_shown(row[name])} is not an object keyed by "
+                               "protocol"))
+    for p, g in (row.get("gold") or {}).items() if isinstance(row.get("gold"), Mapping) else ():
+        if g is not None and not (isinstance(g, list) and all(isinstance(x, str) for x in g)):
+            out.append(problem(qid, f"gold.{p}", f"{_shown(g)} is not a list of session ids "
+                               "or null"))
+    metrics = row.get("metrics")
+    for p, m in metrics.items() if isinstance(metrics, Mapping) else ():
+        if m is None:
+            continue
+        if not isinstance(m, Mapping):
+            out.append(problem(qid, f"metrics.{p}", f"{_shown(m)} is not an object or null"))
+            continue
+        out += [problem(qid, f"metrics.{p}.{k}", f"{_shown(v)} is not a finite number")
+                for k, v in m.items() if not is_finite_number(v)]
+        out += [problem(qid, f"metrics.{p}.{str(k)[:60]}", "not a metric engram-eval computes")
+                for k in m if not is_metric_name(k)]
+    trace = row.get("trace")
+    if "trace" in row and not isinstance(trace, Mapping):
+        out.append(problem(qid, "trace", f"{_shown(trace)} is not an object"))
+    elif isinstance(trace, Mapping):
+        if "question" in trace and not isinstance(trace["question"], Mapping):
+            out.append(problem(qid, "trace.question", f"{_shown(trace['question'])} is not "
+                               "an object"))
+        sessions = trace.get("sessions")
+        if "sessions" in trace and not (isinstance(sessions, list) and all(
+                isinstance(t, Mapping) for t in sessions)):
+            out.append(problem(qid, "trace.sessions", "not a list of objects (" + (
+                _bad_item(sessions, lambda t: isinstance(t, Mapping))
+                if isinstance(sessions, list) else _shown(sessions)) + ")"))
+    if "timing" in row and not isinstance(row["timing"], Mapping):
+        out.append(problem(qid, "timing", f"{_shown(row['timing'])} is not an object"))
+    return out
+
+
+@functools.cache
+def _metric_families() -> frozenset[str]:
+    """The per-question metrics the package computes at cut-off 1
+    (:func:`engram_eval.scoring.metrics.question_metrics`): ``recall_any@1``, ..., ``mrr``."""
+    from engram_eval.scoring.metrics import question_metrics
+
+    return frozenset(question_metrics((), (), (1,)))
+
+
+def is_metric_name(name: str) -> bool:
+    """A metric the package computes: one of :func:`_metric_families` at any positive
+    cut-off (``recall_any@7``), or ``mrr``."""
+    family, at, k = name.partition("@")
+    return name in _metric_families() or (
+        bool(at) and f"{family}@1" in _metric_families() and k.isascii() and k.isdigit()
+        and k[0] != "0")
+
+
+def metric_key_problems(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Rows whose metrics under a protocol lack a metric other rows hold under it
+    (summaries average each metric over every row: one some rows lack has no mean). Rows
+    are taken to pass :func:`row_shape_problems`."""
+    def scored(r: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+        metrics = r.get("metrics")
+        return [(p, m) for p, m in (metrics.items() if isinstance(metrics, Mapping) else ())
+                if isinstance(m, Mapping)]
+
+    holder: dict[tuple[str, str], Any] = {}  # (protocol, metric) -> a question holding it
+    for r in rows:
+        for p, m in scored(r):
+            for k in m:
+                holder.setdefault((p, k), r.get("question_id"))
+    out = []
+    for r in rows:
+        for p, m in scored(r):
+            lacking = sorted(k for (q, k) in holder if q == p and k not in m)
+            if lacking:
+                out.append(problem(r.get("question_id"), f"metrics.{p}", f"lacks {lacking} "
+                                   f"(question {holder[(p, lacking[0])]!r} holds "
+                                   f"{lacking[0]!r})"))
+    return out
+
+
 def is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -46,14 +177,16 @@ def is_rank(value: Any, n: int) -> bool:
 
 
 def field_problems(row: Mapping[str, Any], question: Question | None,
-                   protocols: Sequence[str]) -> list[str]:
-    """Keys outside :data:`~engram_eval.runs.rows.ROW_FIELDS` or missing, ``gold`` and
+                   protocols: Sequence[str], retriever: str | None = None) -> list[str]:
+    """Keys outside :data:`~engram_eval.runs.rows.ROW_FIELDS` (and, given the run's
+    ``retriever``, trace keys it never writes:
+    :func:`~engram_eval.runs.known_fields.trace_keys`) or missing, ``gold`` and
     ``metrics`` keyed by exactly the run's protocols, ``n_sessions`` the ranking's length,
     ``timing.seconds`` a non-negative number; with the dataset's ``question`` also
     ``question_type``, ``question_date`` and ``n_sessions`` equal to what it gives."""
     qid = row.get("question_id")
     out = [problem(qid, k, "not a field engram-eval writes in a row")
-           for k in row_unknown_fields(row)]
+           for k in row_unknown_fields(row, retriever)]
     out += [problem(qid, f, "missing (every row engram-eval writes has it)")
             for f in ROW_FIELDS if f not in row and f not in OPTIONAL_ROW_FIELDS]
     for name in ("gold", "metrics"):
@@ -260,3 +393,92 @@ def _multiplier_problem(t: Mapping[str, Any], qt: Mapping[str, Any]) -> str:
         return ""
     return (f"{t['temporal']!r}, but in_window {t['in_window']!r} with temporal "
             f"{qt['temporal']!r} and temporal_boost {qt['temporal_boost']!r} gives {boost!r}")
+
+
+# --------------------------------------------------------------------------- recorded settings
+def described_settings(described: Mapping[str, Any]) -> Any:
+    """The effective retrieval settings of a pipeline run, rebuilt from the sidecar's
+    ``retriever`` section (:func:`~engram_eval.retrieval.settings.describe_settings`: the
+    fields grouped by stage, a stage that is off keeping only its switch), a field the run
+    predates at its :data:`~engram_eval.retrieval.settings.LEGACY_VALUES` value, the
+    parameters of a stage that is off at their defaults (they change no trace). None for a
+    retriever that is not the pipeline (no ``fusion`` stage described). Raises
+    :class:`~engram_eval.errors.ConfigError` for values the settings refuse."""
+    from dataclasses import fields
+
+    from engram_eval.retrieval.settings import LEGACY_VALUES, RetrievalSettings
+
+    if not isinstance(described.get("fusion"), Mapping):
+        return None
+    names = {f.name for f in fields(RetrievalSettings)}
+    flat = {k: v for k, v in LEGACY_VALUES.items() if k in names}
+    for group in described.values():
+        if isinstance(group, Mapping):
+            flat.update((k, v) for k, v in group.items() if k in names)
+    return RetrievalSettings.of(flat)
+
+
+def config_problems(meta: Mapping[str, Any]) -> list[str]:
+    """The sidecar's ``config`` against its ``retriever`` section (what the retriever built
+    from that config describes): the same retriever name, and every setting both record
+    equal, except a signal the retriever switches off (``bm25`` has no dense signal,
+    ``dense`` no BM25 one: ``use_*`` true in the config, false as described)."""
+    config = meta.get("config") or {}
+    described = meta.get("retriever") or {}
+    out = []
+    if described.get("retriever") != config.get("retriever"):
+        out.append(f"sidecar field 'retriever.retriever' is {described.get('retriever')!r}, "
+                   f"but config.retriever is {config.get('retriever')!r}")
+    for group, values in described.items():
+        if not isinstance(values, Mapping):
+            continue
+        for k, v in values.items():
+            if k not in config or config[k] == v or (
+                    k.startswith("use_") and config[k] is True and v is False):
+                continue
+            out.append(f"sidecar field 'retriever.{group}.{k}' is {v!r}, but config.{k} "
+                       f"is {config[k]!r}")
+    return out
+
+
+def trace_settings_problems(row: Mapping[str, Any], settings: Any) -> list[str]:
+    """The settings a pipeline row's question trace records (``fusion`` method,
+    normalisation, weights and k; ``temporal``, ``temporal_boost``; the ``signals``
+    computed; the ``structure`` overrides applied) against the run's recorded ``settings``
+    (:func:`described_settings`) for the haystack's chat structure (``people_overrides``
+    apply to a haystack without chat roles)."""
+    qid = row.get("question_id")
+    trace = row.get("trace")
+    qt = trace.get("question") if isinstance(trace, Mapping) else None
+    if not isinstance(qt, Mapping):
+        return []
+    chat = qt.get("chat_roles", True) is not False
+    c = settings.for_chat_roles(chat)
+    want: dict[str, Any] = {"temporal": c.temporal, "temporal_boost": c.temporal_boost}
+    want.update((f"fusion.{k}", v) for k, v in c.fusion_spec().items())
+    got = {k: qt[k] for k in ("temporal", "temporal_boost") if k in qt}
+    fusion = qt.get("fusion")
+    if isinstance(fusion, Mapping):
+        got.update((f"fusion.{k}", fusion[k]) for k in fusion)
+    elif "fusion" in qt:
+        got["fusion"] = fusion
+    weights, wanted = got.get("fusion.weights"), want["fusion.weights"]
+    if isinstance(weights, Mapping) and set(weights) == set(wanted):  # name the weight
+        del got["fusion.weights"]
+        got.update((f"fusion.weights.{k}", v) for k, v in weights.items())
+        want.update((f"fusion.weights.{k}", v) for k, v in wanted.items())
+    out = [problem(qid, f"trace.question.{k}", f"{_shown(got[k])}; the sidecar's settings "
+                   f"give {_shown(want.get(k))}") for k in got if got[k] != want.get(k)]
+    signals = qt.get("signals")
+    if "signals" in qt and (not isinstance(signals, list) or signals != [
+            s for s in c.signal_names() if s in signals]):
+        out.append(problem(qid, "trace.question.signals", f"{_shown(signals)}; the sidecar's "
+                           f"settings switch on {c.signal_names()} (in that order)"))
+    structure = qt.get("structure")
+    if isinstance(structure, Mapping) and "overrides" in structure:
+        overrides = {} if chat else dict(settings.people_overrides)
+        if structure["overrides"] != overrides:
+            out.append(problem(qid, "trace.question.structure.overrides",
+                               f"{_shown(structure['overrides'])}; the sidecar's "
+                               f"people_overrides give {_shown(overrides)}"))
+    return out

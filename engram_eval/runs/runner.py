@@ -248,7 +248,8 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
             check_kept_rows(output, rows,
                             replace_texts(source.iter_questions(
                                 [i for i in source.ids if i in kept]), texts),
-                            protocols, trace_sessions=config.trace_sessions)
+                            protocols, trace_sessions=config.trace_sessions,
+                            retriever=config.retriever)
 
         record = resume_rows(output, check_meta=check_meta, allowed_ids=ids,
                              required=REQUIRED_FIELDS, check_rows=check_rows, echo=echo)

@@ -39,9 +39,21 @@ from engram_eval.provenance.sidecar import (
     source_hashes,
     summary_path,
 )
-from engram_eval.runs.known_fields import sidecar_problems, summary_unknown_fields
+from engram_eval.runs.known_fields import (
+    sidecar_problems,
+    summary_shape_problems,
+    summary_unknown_fields,
+)
 from engram_eval.runs.reader import read_metadata, read_rows, read_summary
-from engram_eval.runs.row_checks import field_problems, trace_problems
+from engram_eval.runs.row_checks import (
+    config_problems,
+    described_settings,
+    field_problems,
+    metric_key_problems,
+    row_shape_problems,
+    trace_problems,
+    trace_settings_problems,
+)
 from engram_eval.runs.rows import order_rows
 from engram_eval.scoring import protocols as P
 from engram_eval.scoring.summary import (
@@ -132,17 +144,123 @@ def _short_list(items: Sequence[str]) -> str:
 
 
 DATASET_HASH = "dataset sha256"
+SELECTION = "rows are exactly the questions the recorded selection takes from the dataset"
 GOLD = "gold re-derived from the dataset"
 ROWS_HASH = "rows sha256 matches the summary and sidecar"
 METRICS = "per-question metrics recomputed"
 SCORES = "scores never increase down each ranking"
 FIELDS = "row fields: only known keys, each as the dataset and the run give it"
 TRACE = "traces agree with the ranking, the scores and the dataset"
+SUMMARY = "summary recomputed from rows"
+SETTINGS = "recorded settings agree with each other and with every row's trace"
+
+
+def selection_rule(selection: Mapping[str, Any]) -> str:
+    """The recorded selection in words, as ``run`` was told it: ``--question-id`` (how many),
+    ``--limit``, ``--shard``, or every question."""
+    parts = []
+    if selection.get("question_ids"):
+        parts.append(f"--question-id x{len(selection['question_ids'])}")
+    if selection.get("limit") is not None:
+        parts.append(f"--limit {selection['limit']}")
+    shard = selection.get("shard")
+    if isinstance(shard, Mapping):
+        parts.append(f"--shard {shard.get('index')}/{shard.get('count')}")
+    return " ".join(parts) or "every question (no --question-id, --limit or --shard)"
+
+
+def _recorded_shard(meta: Mapping[str, Any]) -> tuple[tuple[int, int] | None, list[str]]:
+    """``((index, count) or None, problems)``: the sidecar's ``selection.shard`` checked for
+    shape (its ``rule`` the package's, ``all_ids`` a list of ids) and against the recorded
+    ``shard`` setting (``config_recorded.shard``: ``I/N``, "" once merged)."""
+    from engram_eval.runs.shard import RULE
+
+    shard = meta["selection"].get("shard")
+    setting = (meta.get("config_recorded") or {}).get("shard", "")
+    if shard is None:
+        return None, ([] if setting in ("", None) else [
+            f"config_recorded.shard is {setting!r}, but the selection records no shard"])
+    index, count = (shard.get("index"), shard.get("count")) if isinstance(shard, Mapping) \
+        else (None, None)
+    if not (type(index) is int and type(count) is int and 0 <= index < count) or \
+            shard.get("rule") != RULE or not isinstance(shard.get("all_ids"), list) or \
+            not all(isinstance(i, str) for i in shard["all_ids"]):
+        return None, [f"selection.shard is not a shard this package records (index, count, "
+                      f"rule {RULE!r}, all_ids): {str(shard)[:200]}"]
+    if setting != f"{index}/{count}":
+        return None, [f"selection.shard is {index}/{count}, but config_recorded.shard is "
+                      f"{setting!r}"]
+    return (index, count), []
+
+
+def _sequence_problems(what: str, got: Sequence[str], want: Sequence[str]) -> list[str]:
+    """``got`` against ``want`` (ordered ids): the ids missing, those extra, or else the
+    first position where the order differs; [] when equal."""
+    if list(got) == list(want):
+        return []
+    have, need = set(got), set(want)
+    missing = [i for i in want if i not in have]
+    extra = [i for i in got if i not in need]
+    out = []
+    if missing:
+        out.append(f"{what} lacks {len(missing)} question(s) the selection takes: "
+                   f"{_short_list(missing)}")
+    if extra:
+        out.append(f"{what} holds {len(extra)} question(s) the selection does not take: "
+                   f"{_short_list(extra)}")
+    if not out:
+        at = next(i for i, (a, b) in enumerate(zip(got, want, strict=True)) if a != b)
+        out.append(f"{what} is in another order: position {at + 1} holds {got[at]!r}, the "
+                   f"selection takes {want[at]!r} there")
+    return out
+
+
+def selection_problems(meta: Mapping[str, Any], row_ids: Sequence[str],
+                       dataset_ids: Sequence[str] | None, dataset: str | Path | None = None
+                       ) -> list[str]:
+    """Whether the rows are exactly the questions the sidecar's recorded selection takes
+    from the dataset: ``question_ids`` (file order kept) then ``limit``
+    (:func:`engram_eval.data.datasets.select_ids`, what ``run`` applies), then ``--shard``
+    (:func:`engram_eval.runs.shard.apply_shard`), each setting recorded the same in
+    ``config`` / ``config_recorded``, ``selection.n`` the number of ids, and the rows
+    (``row_ids``, in file order) the selected ids in the order ``run`` and ``merge`` write
+    them. ``dataset_ids``: the dataset's question ids in file order (None without
+    ``--dataset``: only what the sidecar and the rows determine is checked). A run with its
+    worst questions deleted from the rows and from ``selection.ids`` (hashes and fingerprint
+    recomputed) fails here: the rule still selects them."""
+    from types import SimpleNamespace
+
+    from engram_eval.data.datasets import select_ids
+    from engram_eval.errors import ConfigError
+    from engram_eval.runs.shard import apply_shard
+
+    sel = meta["selection"]
+    config = meta.get("config") or {}
+    out = [f"config.{k} is {config.get(k)!r}, but selection.{k} is {sel.get(k)!r}"
+           for k in ("question_ids", "limit") if k in config and config[k] != sel.get(k)]
+    if sel["n"] != len(sel["ids"]):
+        out.append(f"selection.n is {sel['n']}, but selection.ids holds {len(sel['ids'])}")
+    shard, bad = _recorded_shard(meta)
+    out += bad
+    out += _sequence_problems("the rows file", row_ids, sel["ids"])
+    if dataset_ids is None or out:
+        return out
+    try:
+        chosen = select_ids(dataset_ids, SimpleNamespace(question_ids=sel["question_ids"],
+                                                         limit=sel["limit"]),
+                            dataset or "the dataset")
+    except ConfigError as e:
+        return [str(e)]
+    if shard is not None:
+        out += _sequence_problems("selection.shard.all_ids", sel["shard"]["all_ids"], chosen)
+        chosen = apply_shard(chosen, chosen, shard)
+    return out + _sequence_problems(f"the run ({selection_rule(sel)})", sel["ids"], chosen)
 
 
 def check_row(row: Mapping[str, Any], question: Question | None,
               protocols: Sequence[str], *, trace_sessions: int | None = None,
-              text_known: bool = True) -> dict[str, list[str]]:
+              text_known: bool = True, retriever: str | None = None
+              ) -> dict[str, list[str]]:
     """The per-row checks of ``verify``, which ``--resume`` also runs on every row it keeps
     (:func:`check_kept_rows`): ``{check name: [problem, ...]}``, every list empty for a good
     row.
@@ -162,7 +280,11 @@ def check_row(row: Mapping[str, Any], question: Question | None,
       was replaced by a file not given)."""
     qid = row.get("question_id")
     out: dict[str, list[str]] = {GOLD: [], FIELDS: [], METRICS: [], SCORES: [], TRACE: []}
-    out[FIELDS] = field_problems(row, question, protocols)
+    shape = row_shape_problems(row)
+    if shape:  # a row no check below can read
+        out[FIELDS] = shape
+        return out
+    out[FIELDS] = field_problems(row, question, protocols, retriever)
     ranking = row.get("ranked_session_ids")
     if not isinstance(ranking, list) or not all(isinstance(s, str) for s in ranking):
         out[METRICS].append(f"{qid}: ranked_session_ids is not a list of session ids")
@@ -222,12 +344,13 @@ def check_row(row: Mapping[str, Any], question: Question | None,
 
 def check_kept_rows(path: str | Path, rows: Sequence[Mapping[str, Any]],
                     questions: Iterable[Question], protocols: Sequence[str], *,
-                    trace_sessions: int | None = None) -> None:
+                    trace_sessions: int | None = None, retriever: str | None = None) -> None:
     """``--resume``: run :func:`check_row` (exactly what ``verify`` checks per row) on every
     row already in ``path`` against its dataset ``question`` (``questions`` yields one per
     row, any order, with the texts the run ranked), and raise one :class:`ProvenanceError`
     naming the file, the line, the question and the check (and the field) at the first row
-    that fails, before anything is written. ``trace_sessions``: the run's setting."""
+    that fails, before anything is written. ``trace_sessions``, ``retriever``: the run's
+    settings."""
     line_of = {r["question_id"]: n for n, r in enumerate(rows, start=1)}
     by_id = {r["question_id"]: r for r in rows}
     done: set[str] = set()
@@ -236,8 +359,8 @@ def check_kept_rows(path: str | Path, rows: Sequence[Mapping[str, Any]],
         if row is None:
             continue
         done.add(q.question_id)
-        for name, problems in check_row(row, q, protocols,
-                                        trace_sessions=trace_sessions).items():
+        for name, problems in check_row(row, q, protocols, trace_sessions=trace_sessions,
+                                        retriever=retriever).items():
             if problems:
                 raise ProvenanceError(
                     f"{path}: line {line_of[q.question_id]} (question {q.question_id!r}) "
@@ -316,8 +439,11 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
     else:
         rep.skip(DATASET_HASH, "no --dataset given")
         rep.skip(GOLD, "no --dataset given; the gold stored in the rows was trusted")
+    _check_selection(rep, meta, [r["question_id"] for r in rows], questions, dataset)
     replaced = meta["selection"].get("questions")
     texts_problem = _texts_problem(replaced, questions_file) if replaced and questions else ""
+    if replaced and questions:
+        _check_texts(rep, replaced, questions_file, texts_problem)
     if replaced and questions and not texts_problem:
         questions = _with_texts(questions, questions_file)
     text_known = not replaced or (bool(questions) and not texts_problem)
@@ -328,7 +454,8 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
         if questions and q is None:
             bad[GOLD].append(f"{r['question_id']}: no such question in the dataset")
         for name, problems in check_row(r, q, protocols, trace_sessions=trace_sessions,
-                                        text_known=text_known).items():
+                                        text_known=text_known,
+                                        retriever=meta["config"]["retriever"]).items():
             bad[name].extend(problems)
     if questions:
         rep.add(GOLD, not bad[GOLD], _short_list(bad[GOLD]))
@@ -341,10 +468,15 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
             "without --dataset: against the ranking and scores only" if not questions else
             "time windows not re-derived: the run replaced question texts (pass that file "
             "with --questions)")
-    if stored is not None:
+    _check_settings(rep, meta, rows)
+    unreadable = [p for r in rows for p in row_shape_problems(r)] or metric_key_problems(rows)
+    if stored is not None and unreadable:
+        rep.add(SUMMARY, False, "not recomputed: " + _short_list(unreadable))
+    elif stored is not None:
         fresh_summary = summarize_rows(order_rows(rows, ids), protocols)
         diffs = [f"summary field {k!r} is not one engram-eval writes"
                  for k in summary_unknown_fields(stored)]
+        diffs += [f"summary {d}" for d in summary_shape_problems(stored)]
         diffs += _cmp_summary(stored.get("protocols"), fresh_summary["protocols"], "protocols")
         for key in ("frozen_source", "heldout_questions"):  # the sidecar's records, copied
             if stored.get(key) != meta.get(key):
@@ -379,9 +511,9 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
             if stored.get(key) != want:
                 diffs.append(f"summary {key} {stored.get(key)!r} differs from the sidecar's "
                              f"{want!r}")
-        rep.add("summary recomputed from rows", not diffs, "; ".join(diffs[:5]))
+        rep.add(SUMMARY, not diffs, "; ".join(diffs[:5]))
     elif not spath.exists():
-        rep.add("summary recomputed from rows", False, f"{spath} is missing")
+        rep.add(SUMMARY, False, f"{spath} is missing")
     _check_sources(rep, meta["sources"], sources_at, repo)
     if rerun:
         if texts_problem:
@@ -393,6 +525,66 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
             return rep
         check_rerun(rep, meta, rows, questions, rerun, rerun_seed)
     return rep
+
+
+def _check_selection(rep: VerifyReport, meta: Mapping[str, Any], row_ids: Sequence[str],
+                     questions: Mapping[str, Question], dataset: str | Path | None) -> None:
+    """:data:`SELECTION` (:func:`selection_problems`); ``questions``: the dataset's, in file
+    order (empty without ``--dataset``, or with another file: then only the sidecar and the
+    rows are checked, and the check is *not checked* unless that already fails)."""
+    sel = meta["selection"]
+    problems = selection_problems(meta, row_ids, list(questions) if questions else None,
+                                  dataset)
+    if problems:
+        rep.add(SELECTION, False, _short_list(problems))
+    elif questions:
+        rep.add(SELECTION, True, f"{sel['n']} of the dataset's {len(questions)} questions, "
+                f"selected by {selection_rule(sel)}, in the order run writes them")
+    else:
+        rep.skip(SELECTION, "needs the dataset the run used (--dataset): the recorded rule "
+                 f"({selection_rule(sel)}) is re-applied to its questions")
+
+
+def _check_settings(rep: VerifyReport, meta: Mapping[str, Any],
+                    rows: Sequence[Mapping[str, Any]]) -> None:
+    """:data:`SETTINGS`: the sidecar's ``config`` against its ``retriever`` section
+    (:func:`~engram_eval.runs.row_checks.config_problems`) and, for a run of the pipeline,
+    the settings each row's question trace records against them
+    (:func:`~engram_eval.runs.row_checks.trace_settings_problems`): a sidecar edited to
+    claim other settings (rrf fusion, other weights, another boost or retriever) than the
+    rows were ranked with fails here, without ``--rerun``."""
+    from engram_eval.errors import ConfigError
+
+    problems = config_problems(meta)
+    try:
+        settings = described_settings(meta.get("retriever") or {})
+    except ConfigError as e:
+        settings = None
+        problems.append(f"sidecar field 'retriever': {e}")
+    if settings is not None:
+        problems += [p for r in rows if not row_shape_problems(r)
+                     for p in trace_settings_problems(r, settings)]
+    rep.add(SETTINGS, not problems, _short_list(problems))
+
+
+TEXTS = "question texts the run ranked (run --questions FILE)"
+
+
+def _check_texts(rep: VerifyReport, replaced: Mapping[str, Any],
+                 questions_file: str | Path | None, problem: str) -> None:
+    """:data:`TEXTS`, for a run that replaced question texts (``selection.questions``): ok
+    when ``questions_file`` is that file (its texts then re-derive the time windows and
+    re-rank), FAIL for another file, and *not checked* without one: the windows the
+    traces record then go unchecked, so the run is not VERIFIED (exit 3)."""
+    if not problem:
+        rep.add(TEXTS, True, f"{questions_file} (sha256 {replaced['sha256'][:16]}…) applied")
+    elif questions_file is None:
+        rep.skip(TEXTS, f"the run replaced question texts from {replaced['name']} (sha256 "
+                 f"{replaced['sha256'][:16]}…); without that file (--questions) the time "
+                 "windows its traces record are not re-derived and no question can be "
+                 "re-ranked")
+    else:
+        rep.add(TEXTS, False, problem)
 
 
 def _texts_problem(replaced: Mapping[str, Any], questions_file: str | Path | None) -> str:

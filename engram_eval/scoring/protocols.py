@@ -133,8 +133,13 @@ def entry_counts(question: Question) -> dict[str, int]:
 
 
 def _check_protocol(protocol: str) -> None:
+    """A :class:`~engram_eval.errors.ConfigError` (a ``ValueError`` too) for a name that is
+    not one of :data:`PROTOCOLS` (``--protocol bogus``: one clear error, not a traceback)."""
     if protocol not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {protocol!r}; expected one of {PROTOCOLS}")
+        from engram_eval.errors import ConfigError
+
+        raise ConfigError(f"unknown protocol {protocol!r}; expected one of "
+                          f"{', '.join(PROTOCOLS)}")
 
 
 def gold_for(question: Question, protocol: str) -> tuple[str, ...] | None:

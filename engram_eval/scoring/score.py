@@ -73,10 +73,14 @@ def score_rankings(rankings_path: str | Path, dataset: str | Path,
     with ``strict`` it is an error. Rankings for unknown question ids are always an error.
     """
     fmt, questions = load_questions(dataset)
+    protocols = list(protocols or default_protocols(fmt))
+    for p in protocols:
+        P._check_protocol(p)  # --protocol bogus: one ConfigError, before the rankings are read
+    P.check_protocols(fmt, protocols)
     known = {q.question_id for q in questions}
     ranks = read_rankings(rankings_path, known)  # unknown question ids raise, naming the line
-    return _score(ranks, questions, list(protocols or default_protocols(fmt)), strict=strict,
-                  source=rankings_path, dataset=dataset)
+    return _score(ranks, questions, protocols, strict=strict, source=rankings_path,
+                  dataset=dataset)
 
 
 def score(rankings: Mapping[str, Sequence[str]], dataset: str | Path,
