@@ -374,8 +374,9 @@ def train_encoder(part: str | Path, run: str | Path, output: str | Path,
 def _fit(triplets: Sequence[Triplet], base_dir: str, out: Path, s: EncoderTrainSettings,
          log: Any) -> dict[str, Any]:
     """Fine-tune with sentence-transformers' trainer; returns the loss curve."""
-    try:
-        import torch
+    from engram_eval.analysis.fit_loop import run_training
+
+    def build(args: dict[str, Any], callbacks: list[Any]) -> Any:
         from datasets import Dataset
         from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
         from sentence_transformers.sentence_transformer.losses import (
@@ -385,57 +386,20 @@ def _fit(triplets: Sequence[Triplet], base_dir: str, out: Path, s: EncoderTrainS
             BatchSamplers,
             SentenceTransformerTrainingArguments,
         )
-        from transformers import TrainerCallback, set_seed
-    except ImportError as e:  # pragma: no cover - core dependencies
-        raise ConfigError(f"train-encoder needs sentence-transformers, datasets and torch "
-                          f"({e}); pip install 'engram-eval'") from None
 
-    set_seed(s.seed)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    model = SentenceTransformer(base_dir, device="cpu", local_files_only=True)
-    model.max_seq_length = s.max_seq_length
-    columns: dict[str, list[str]] = {"anchor": [t.anchor for t in triplets],
-                                     "positive": [t.positive for t in triplets]}
-    for j in range(s.hard_negatives):
-        columns[f"negative_{j + 1}"] = [t.negatives[j] for t in triplets]
-    data = Dataset.from_dict(columns)
-    budget = s.time_budget_s
-    started = time.time()
+        model = SentenceTransformer(base_dir, device="cpu", local_files_only=True)
+        model.max_seq_length = s.max_seq_length
+        columns: dict[str, list[str]] = {"anchor": [t.anchor for t in triplets],
+                                         "positive": [t.positive for t in triplets]}
+        for j in range(s.hard_negatives):
+            columns[f"negative_{j + 1}"] = [t.negatives[j] for t in triplets]
+        targs = SentenceTransformerTrainingArguments(
+            **args, batch_sampler=BatchSamplers.NO_DUPLICATES)
+        return SentenceTransformerTrainer(model=model, args=targs,
+                                          train_dataset=Dataset.from_dict(columns),
+                                          loss=MultipleNegativesRankingLoss(model),
+                                          callbacks=callbacks)
 
-    class Progress(TrainerCallback):  # type: ignore[misc]
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
-            if budget and time.time() - started > budget:
-                control.should_training_stop = True
-            if log is not None and state.max_steps and (
-                    state.global_step % max(1, state.max_steps // 20) == 0):
-                loss = next((h["loss"] for h in reversed(state.log_history) if "loss" in h),
-                            None)
-                log(f"train-encoder: step {state.global_step}/{state.max_steps}, "
-                    f"{time.time() - started:.0f} s"
-                    + (f", loss {loss:.4f}" if loss is not None else ""))
-            return control
-
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="engram-train-encoder-") as scratch:
-        args = SentenceTransformerTrainingArguments(
-            output_dir=scratch, num_train_epochs=s.epochs, max_steps=s.max_steps or -1,
-            per_device_train_batch_size=s.batch_size, learning_rate=s.learning_rate,
-            warmup_ratio=s.warmup_ratio, seed=s.seed, data_seed=s.seed, logging_steps=1,
-            save_strategy="no", report_to=[], disable_tqdm=log is not None, use_cpu=True,
-            dataloader_num_workers=0, batch_sampler=BatchSamplers.NO_DUPLICATES)
-        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data,
-                                             loss=MultipleNegativesRankingLoss(model),
-                                             callbacks=[Progress()])
-        if log is not None:  # one line per ~5% of the steps, not one per step
-            from transformers.trainer_callback import PrinterCallback
-
-            trainer.remove_callback(PrinterCallback)
-        trainer.train()
-        state = trainer.state
-    model.save_pretrained(str(out))
-    losses = [{"step": int(h["step"]), "loss": float(h["loss"])}
-              for h in state.log_history if "loss" in h]
-    return {"steps": int(state.global_step), "max_steps": int(state.max_steps),
-            "stopped_by_budget": bool(budget and state.global_step < state.max_steps),
-            "loss_curve": losses}
+    trainer, history = run_training("train-encoder", s, log, build)
+    trainer.model.save_pretrained(str(out))
+    return history

@@ -369,8 +369,9 @@ def train(part: str | Path, run: str | Path, output: str | Path,
 def _fit(pairs: Sequence[Pair], base_dir: str, out: Path, s: TrainSettings,
          log: Any) -> dict[str, Any]:
     """Fine-tune with sentence-transformers' CrossEncoderTrainer; returns the loss curve."""
-    try:
-        import torch
+    from engram_eval.analysis.fit_loop import run_training
+
+    def build(args: dict[str, Any], callbacks: list[Any]) -> Any:
         from datasets import Dataset
         from sentence_transformers.cross_encoder import (
             CrossEncoder,
@@ -378,53 +379,15 @@ def _fit(pairs: Sequence[Pair], base_dir: str, out: Path, s: TrainSettings,
             CrossEncoderTrainingArguments,
         )
         from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
-        from transformers import TrainerCallback, set_seed
-    except ImportError as e:  # pragma: no cover - core dependencies
-        raise ConfigError(f"train-reranker needs sentence-transformers, datasets and torch "
-                          f"({e}); pip install 'engram-eval'") from None
 
-    set_seed(s.seed)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    model = CrossEncoder(base_dir, num_labels=1, max_length=s.max_length, device="cpu")
-    data = Dataset.from_dict({"question": [p.question for p in pairs],
-                              "text": [p.text for p in pairs],
-                              "label": [p.label for p in pairs]})
-    budget = s.time_budget_s
-    started = time.time()
+        model = CrossEncoder(base_dir, num_labels=1, max_length=s.max_length, device="cpu")
+        data = Dataset.from_dict({"question": [p.question for p in pairs],
+                                  "text": [p.text for p in pairs],
+                                  "label": [p.label for p in pairs]})
+        return CrossEncoderTrainer(model=model, args=CrossEncoderTrainingArguments(**args),
+                                   train_dataset=data, loss=BinaryCrossEntropyLoss(model),
+                                   callbacks=callbacks)
 
-    class Budget(TrainerCallback):  # type: ignore[misc]
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
-            if budget and time.time() - started > budget:
-                control.should_training_stop = True
-            if log is not None and state.max_steps and (
-                    state.global_step % max(1, state.max_steps // 20) == 0):
-                loss = next((h["loss"] for h in reversed(state.log_history) if "loss" in h),
-                            None)
-                log(f"train-reranker: step {state.global_step}/{state.max_steps}, "
-                    f"{time.time() - started:.0f} s"
-                    + (f", loss {loss:.4f}" if loss is not None else ""))
-            return control
-
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="engram-train-reranker-") as scratch:
-        args = CrossEncoderTrainingArguments(
-            output_dir=scratch, num_train_epochs=s.epochs, max_steps=s.max_steps or -1,
-            per_device_train_batch_size=s.batch_size, learning_rate=s.learning_rate,
-            warmup_ratio=s.warmup_ratio, seed=s.seed, data_seed=s.seed, logging_steps=1,
-            save_strategy="no", report_to=[], disable_tqdm=log is not None, use_cpu=True,
-            dataloader_num_workers=0)
-        trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=data,
-                                      loss=BinaryCrossEntropyLoss(model), callbacks=[Budget()])
-        if log is not None:  # one line per ~5% of the steps (Budget), not one per step
-            from transformers.trainer_callback import PrinterCallback
-
-            trainer.remove_callback(PrinterCallback)
-        trainer.train()
-        state = trainer.state
-    model.save_pretrained(str(out))
-    losses = [{"step": int(h["step"]), "loss": float(h["loss"])}
-              for h in state.log_history if "loss" in h]
-    return {"steps": int(state.global_step), "max_steps": int(state.max_steps),
-            "stopped_by_budget": bool(budget and state.global_step < state.max_steps),
-            "loss_curve": losses}
+    trainer, history = run_training("train-reranker", s, log, build)
+    trainer.model.save_pretrained(str(out))
+    return history

@@ -246,13 +246,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_train_reranker(sub: Any) -> None:
-    from engram_eval.analysis.train_reranker import TrainSettings
-
-    d = TrainSettings()
-    tr = sub.add_parser("train-reranker", help="train a cross-encoder on a tuning part from a "
-                        "run's candidates (writes DIR and DIR.card.json; refuses a held-out "
-                        "part)")
+def _training_inputs(tr: Any) -> None:
+    """The inputs ``train-reranker`` and ``train-encoder`` share: parts, runs, output."""
     tr.add_argument("part", help="dataset part to train on (a tuning part: never held-out)")
     tr.add_argument("--run", required=True, help="a finished run on that part (its rankings "
                     "give the hard negatives)")
@@ -261,6 +256,16 @@ def add_train_reranker(sub: Any) -> None:
                     "example the tune parts of two datasets); repeatable")
     tr.add_argument("--output", required=True, help="model directory to write (must not "
                     "exist); the card goes to OUTPUT.card.json")
+
+
+def add_train_reranker(sub: Any) -> None:
+    from engram_eval.analysis.train_reranker import TrainSettings
+
+    d = TrainSettings()
+    tr = sub.add_parser("train-reranker", help="train a cross-encoder on a tuning part from a "
+                        "run's candidates (writes DIR and DIR.card.json; refuses a held-out "
+                        "part)")
+    _training_inputs(tr)
     tr.add_argument("--base-model", default=d.base_model, help="base model: name (bundled or "
                     f"HF cache) or path (default {d.base_model}: a new one-logit head)")
     for name, kind, text in (
@@ -338,14 +343,7 @@ def add_train_encoder(sub: Any) -> None:
     tr = sub.add_parser("train-encoder", help="fine-tune the dense encoder on tuning parts "
                         "from runs' candidates (writes DIR and DIR.card.json; refuses a "
                         "held-out part)")
-    tr.add_argument("part", help="dataset part to train on (a tuning part: never held-out)")
-    tr.add_argument("--run", required=True, help="a finished run on that part (its rankings "
-                    "give the hard negatives)")
-    tr.add_argument("--also", nargs=2, action="append", default=[], metavar=("PART", "RUN"),
-                    help="another tuning part and its run, trained into the same model (for "
-                    "example the tune parts of two datasets); repeatable")
-    tr.add_argument("--output", required=True, help="model directory to write (must not "
-                    "exist); the card goes to OUTPUT.card.json")
+    _training_inputs(tr)
     assert set(ENCODER_HELP) == {f.name for f in dataclasses.fields(d)}
     for f in dataclasses.fields(d):
         value = getattr(d, f.name)
