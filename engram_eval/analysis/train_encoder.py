@@ -52,7 +52,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from engram_eval.analysis.train_reranker import _capped, _most_question_like, _package_versions
+from engram_eval.analysis.train_reranker import (
+    _capped,
+    _most_question_like,
+    _package_versions,
+    training_part,
+)
 from engram_eval.data.records import Question, Session, has_chat_roles, user_turns
 from engram_eval.errors import ConfigError, ProvenanceError
 from engram_eval.io import atomic_write, refuse_links, remove_contained, sha256_file
@@ -239,53 +244,18 @@ def triplets_sha256(triplets: Sequence[Triplet]) -> str:
     return h.hexdigest()
 
 
-def refuse_heldout(part: Path) -> dict[str, Any] | None:
-    """The part's split marker (None when it has none); ProvenanceError for a held-out part
-    by its marker and for any file holding held-out data (the package's one guard)."""
-    from engram_eval.data.split import part_marker
-    from engram_eval.provenance.guard import refuse_heldout as guard
-
-    marker = part_marker(part)
-    if marker is not None and marker.get("part") == "heldout":
-        raise ProvenanceError(f"{part}: this is a held-out part (its split marker says so); "
-                              "an encoder is trained on tuning parts only")
-    guard(part, "an encoder is trained on tuning parts only")
-    return marker
-
-
 def _part_triplets(part_p: Path, run: str | Path, s: EncoderTrainSettings
                    ) -> tuple[list[Triplet], dict[str, Any], dict[str, Any], list[str]]:
     """One part's checks and triplets: (triplets, counts, card entry, left-out ids)."""
-    from engram_eval.data.datasets import load_questions
-    from engram_eval.provenance.guard import refuse_heldout_run
-    from engram_eval.runs.reader import read_run
-
-    marker = refuse_heldout(part_p)
-    part_sha = sha256_file(part_p)
-    finished = read_run(run, require_sidecar=True)
-    if finished.dataset_sha256 != part_sha:
-        raise ProvenanceError(f"{run}: was made on data with sha256 {finished.dataset_sha256}, "
-                              f"not on {part_p} ({part_sha}); train on the run of this part")
-    refuse_heldout_run(finished.metadata, run, "an encoder is trained on tuning parts only")
-    _, questions = load_questions(part_p)
-    left_out: list[str] = []
-    if s.exclude_fold:
-        fold = parse_fold(s.exclude_fold)
-        left_out = [q.question_id for q in questions if in_fold(q.question_id, fold)]
-        questions = tuple(q for q in questions if not in_fold(q.question_id, fold))
-    n_available = len(questions)
-    capped = _capped(questions, s)  # type: ignore[arg-type]  # same two fields
-    rankings = {r["question_id"]: r["ranked_session_ids"] for r in finished.rows}
-    triplets, counts = build_triplets(capped, rankings, s)
-    entry = {"path": str(part_p), "sha256": part_sha,
-             "split_manifest_sha256": (marker or {}).get("split_manifest_sha256"),
-             "split_part": (marker or {}).get("part"),
-             "run": {"path": str(run), "fingerprint": finished.fingerprint,
-                     "rows_sha256": finished.rows_sha256},
-             "questions_available": n_available, "questions_considered": len(capped),
+    fold = parse_fold(s.exclude_fold) if s.exclude_fold else None
+    tp = training_part(part_p, run, "an encoder is trained on tuning parts only",
+                       (lambda qid: in_fold(qid, fold)) if fold else None)
+    capped = _capped(tp.questions, s)  # type: ignore[arg-type]  # same two fields
+    triplets, counts = build_triplets(capped, tp.rankings, s)
+    entry = {**tp.entry, "questions_considered": len(capped),
              "triplets": {k: v for k, v in counts.items() if k != "skipped_ids"},
              "trained_question_ids": sorted({t.question_id for t in triplets})}
-    return triplets, counts, entry, left_out
+    return triplets, counts, entry, tp.left_out
 
 
 def _claim(out: Path, card_path: Path) -> Path:

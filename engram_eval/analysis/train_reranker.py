@@ -227,20 +227,21 @@ def pairs_sha256(pairs: Sequence[Pair]) -> str:
     return h.hexdigest()
 
 
-def refuse_heldout(part: Path) -> dict[str, Any] | None:
+def refuse_heldout(part: Path, purpose: str = "a reranker is trained on a tuning part only"
+                   ) -> dict[str, Any] | None:
     """The part's split marker (None when it has none); ProvenanceError for a held-out
     part by its marker, and for any file holding held-out data
-    (:func:`engram_eval.provenance.guard.refuse_heldout`)."""
+    (:func:`engram_eval.provenance.guard.refuse_heldout`); ``purpose`` ends the message."""
     from engram_eval.data.split import part_marker
 
     marker = part_marker(part)
     if marker is not None and marker.get("part") == "heldout":
         raise ProvenanceError(f"{part}: this is a held-out part (its split marker says so); "
-                              "a reranker is trained on a tuning part only")
+                              f"{purpose}")
     from engram_eval.provenance.guard import refuse_heldout as guard
 
     # the one held-out guard: a link, a copy, a gzip, a subset or a mixture too
-    guard(part, "a reranker is trained on a tuning part only")
+    guard(part, purpose)
     return marker
 
 
@@ -266,42 +267,63 @@ def _capped(questions: Sequence[Question], s: TrainSettings) -> tuple[Question, 
     return tuple(q for q in questions if q.question_id in keep)
 
 
-def _part_pairs(part_p: Path, run: str | Path, s: TrainSettings
-                ) -> tuple[list[Pair], dict[str, Any], dict[str, Any], list[str]]:
-    """One part's checks and pairs: (pairs, counts, card entry, left-out ids)."""
+@dataclass(frozen=True)
+class TrainingPart:
+    """A tuning part checked for training (held-out guard, the run made on it), its questions
+    less the left-out fold, and the card entry's fields that do not depend on the pairs."""
+
+    questions: tuple[Question, ...]
+    left_out: list[str]
+    rankings: dict[str, Sequence[str]]
+    entry: dict[str, Any]
+
+
+def training_part(part_p: Path, run: str | Path, purpose: str,
+                  leave_out: Any = None) -> TrainingPart:
+    """The checks every training command makes of a part and its run: neither held out (the
+    part by :func:`refuse_heldout` with ``purpose``, the run by the guard's run check), the run
+    made on this very part; ``leave_out(question_id)`` marks the questions of a fold."""
     from engram_eval.data.datasets import load_questions
     from engram_eval.provenance.guard import refuse_heldout_run
     from engram_eval.runs.reader import read_run
 
-    marker = refuse_heldout(part_p)
+    marker = refuse_heldout(part_p, purpose)
     part_sha = sha256_file(part_p)
     finished = read_run(run, require_sidecar=True)
     if finished.dataset_sha256 != part_sha:
         raise ProvenanceError(f"{run}: was made on data with sha256 {finished.dataset_sha256}, "
                               f"not on {part_p} ({part_sha}); train on the run of this part")
-    refuse_heldout_run(finished.metadata, run, "a reranker is trained on a tuning part only")
+    refuse_heldout_run(finished.metadata, run, purpose)
     _, questions = load_questions(part_p)
-    left_out: list[str] = []
-    if s.exclude_shard:
-        from engram_eval.runs.shard import parse_shard, shard_of
-
-        fold = parse_shard(s.exclude_shard)
-        assert fold is not None
-        left_out = [q.question_id for q in questions if shard_of(q.question_id, fold[1]) == fold[0]]
-        questions = tuple(q for q in questions if shard_of(q.question_id, fold[1]) != fold[0])
-    n_available = len(questions)
-    questions = _capped(questions, s)
-    rankings = {r["question_id"]: r["ranked_session_ids"] for r in finished.rows}
-    pairs, counts = build_pairs(questions, rankings, s)
+    left_out = [q.question_id for q in questions if leave_out and leave_out(q.question_id)]
+    kept = tuple(q for q in questions if q.question_id not in set(left_out))
     entry = {"path": str(part_p), "sha256": part_sha,
              "split_manifest_sha256": (marker or {}).get("split_manifest_sha256"),
              "split_part": (marker or {}).get("part"),
              "run": {"path": str(run), "fingerprint": finished.fingerprint,
                      "rows_sha256": finished.rows_sha256},
-             "questions_available": n_available, "questions_considered": len(questions),
+             "questions_available": len(kept)}
+    rankings = {r["question_id"]: r["ranked_session_ids"] for r in finished.rows}
+    return TrainingPart(kept, left_out, rankings, entry)
+
+
+def _part_pairs(part_p: Path, run: str | Path, s: TrainSettings
+                ) -> tuple[list[Pair], dict[str, Any], dict[str, Any], list[str]]:
+    """One part's checks and pairs: (pairs, counts, card entry, left-out ids)."""
+    leave_out = None
+    if s.exclude_shard:
+        from engram_eval.runs.shard import parse_shard, shard_of
+
+        fold = parse_shard(s.exclude_shard)
+        assert fold is not None
+        leave_out = lambda qid: shard_of(qid, fold[1]) == fold[0]  # noqa: E731
+    tp = training_part(part_p, run, "a reranker is trained on a tuning part only", leave_out)
+    questions = _capped(tp.questions, s)
+    pairs, counts = build_pairs(questions, tp.rankings, s)
+    entry = {**tp.entry, "questions_considered": len(questions),
              "pairs": {k: v for k, v in counts.items() if k != "skipped_ids"},
              "trained_question_ids": sorted({p.question_id for p in pairs})}
-    return pairs, counts, entry, left_out
+    return pairs, counts, entry, tp.left_out
 
 
 def train(part: str | Path, run: str | Path, output: str | Path,
