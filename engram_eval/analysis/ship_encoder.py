@@ -19,8 +19,6 @@ Nothing is overwritten; the output directory must not exist.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +26,7 @@ from engram_eval.analysis.ship_reranker import (
     SHIPPED_INT8_OPS,
     SHIPPED_INT8_SCHEME,
     check_trained_files,
-    write_model_dir,
-    write_onnx_files,
+    ship_graph,
 )
 from engram_eval.errors import ConfigError, ProvenanceError
 
@@ -40,8 +37,7 @@ def ship_encoder(model_dir: str | Path, training_card: str | Path, output: str |
                  name: str, version: str, chosen_by: str,
                  precision: str = "int8") -> dict[str, Any]:
     """See the module docstring; returns the card written to ``output/card.json``."""
-    from engram_eval.retrieval.models import SHIPPED_CARD_KIND, hash_model_dir
-    from engram_eval.retrieval.onnx_export import ONNX_PRECISIONS, export_onnx
+    from engram_eval.retrieval.onnx_export import ONNX_PRECISIONS
 
     out = Path(output)
     if out.exists() or out.is_symlink():
@@ -52,17 +48,5 @@ def ship_encoder(model_dir: str | Path, training_card: str | Path, output: str |
     source, train_card = check_trained_files(model_dir, training_card, "embedding")
     if train_card.get("kind") != "engram-eval/encoder-card":
         raise ProvenanceError(f"{training_card}: not a train-encoder card")
-    with tempfile.TemporaryDirectory(prefix="engram-ship-") as scratch:
-        exported = Path(export_onnx(source, "fp32", scratch).path)
-
-        def fill(tmp: Path) -> dict[str, Any]:
-            form = write_onnx_files(exported, tmp, precision, "embedding")
-            shutil.copyfile(Path(source.path) / "config.json", tmp / "config.json")
-            files, _ = hash_model_dir(tmp)
-            return {"kind": SHIPPED_CARD_KIND, "name": name, "version": version,
-                    "role": "embedding", "form": form,
-                    "source_model": source.to_json(with_path=False),
-                    "training_card": train_card, "settings": {},
-                    "settings_chosen_by": chosen_by, "files": files}
-
-        return write_model_dir(out, fill)
+    return ship_graph(source, train_card, out, task="embedding", precision=precision,
+                      name=name, version=version, settings={}, chosen_by=chosen_by)

@@ -84,22 +84,32 @@ def ship(model_dir: str | Path, training_card: str | Path, output: str | Path, *
          version: str, settings: Mapping[str, Any], chosen_by: str,
          precision: str = "int8") -> dict[str, Any]:
     """See the module docstring; returns the card written to ``output/card.json``."""
-    from engram_eval.retrieval.models import SHIPPED_CARD_KIND, hash_model_dir
-    from engram_eval.retrieval.onnx_export import export_reranker_onnx
-
     out = Path(output)
     _check_new(out, settings)
     source, train_card = check_trained_files(model_dir, training_card, "reranker")
+    return ship_graph(source, train_card, out, task="reranker", precision=precision,
+                      name=name, version=version, settings=settings, chosen_by=chosen_by)
+
+
+def ship_graph(source: Any, train_card: dict[str, Any], out: Path, *, task: str,
+               precision: str, name: str, version: str, settings: Mapping[str, Any],
+               chosen_by: str) -> dict[str, Any]:
+    """Export the checked trained model ``source`` (task ``reranker`` or ``embedding``, also
+    the card's role) to fp32 ONNX in scratch, then write ``out/`` whole: the graph at the
+    stored precision, its tokenizer, export record and config, and the card."""
+    from engram_eval.retrieval.models import SHIPPED_CARD_KIND, hash_model_dir
+    from engram_eval.retrieval.onnx_export import export_onnx
+
     with tempfile.TemporaryDirectory(prefix="engram-ship-") as scratch:
-        exported = Path(export_reranker_onnx(source, "fp32", scratch).path)
+        exported = Path(export_onnx(source, "fp32", scratch, task=task).path)
 
         def fill(tmp: Path) -> dict[str, Any]:
-            form = write_onnx_files(exported, tmp, precision, "reranker")
+            form = write_onnx_files(exported, tmp, precision, task)
             shutil.copyfile(Path(source.path) / "config.json", tmp / "config.json")
             files, _ = hash_model_dir(tmp)
             return {
                 "kind": SHIPPED_CARD_KIND, "name": name, "version": version,
-                "role": "reranker", "form": form,
+                "role": task, "form": form,
                 "source_model": source.to_json(with_path=False),
                 "training_card": train_card,
                 "settings": dict(settings), "settings_chosen_by": chosen_by,

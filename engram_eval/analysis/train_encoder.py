@@ -56,6 +56,9 @@ from engram_eval.analysis.train_reranker import (
     _capped,
     _most_question_like,
     _package_versions,
+    combined_counts,
+    distinct_parts,
+    excluded_record,
     training_part,
 )
 from engram_eval.data.records import Question, Session, has_chat_roles, user_turns
@@ -285,10 +288,7 @@ def train_encoder(part: str | Path, run: str | Path, output: str | Path,
     card_path = Path(str(out) + ".card.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = _claim(out, card_path)
-    todo = [(Path(part), run)] + [(Path(p), r) for p, r in also]
-    shas = [sha256_file(p) for p, _ in todo]
-    if len(set(shas)) != len(shas):
-        raise ConfigError("train-encoder: the same part is given twice")
+    todo = distinct_parts("train-encoder", part, run, also)
     base = resolve_model(s.base_model, "embedding")
     triplets: list[Triplet] = []
     entries: list[dict[str, Any]] = []
@@ -308,11 +308,7 @@ def train_encoder(part: str | Path, run: str | Path, output: str | Path,
                           f"({s.batch_size}); lower --batch-size")
     kinds = ("triplets", "marked", "unmarked", "hard_negatives", "random_negatives",
              "questions_used")
-    totals: dict[str, Any] = {k: sum(c[k] for c in all_counts) for k in kinds}
-    totals["questions_skipped"] = {k: sum(c["questions_skipped"][k] for c in all_counts)
-                                   for k in all_counts[0]["questions_skipped"]}
-    skipped = {k: [i for c in all_counts for i in c["skipped_ids"][k]]
-               for k in all_counts[0]["skipped_ids"]}
+    totals, skipped = combined_counts(all_counts, kinds)
     if log is not None:
         log(f"train-encoder: {totals['triplets']} triplets from {totals['questions_used']} "
             f"questions of {len(todo)} part(s)")
@@ -330,9 +326,7 @@ def train_encoder(part: str | Path, run: str | Path, output: str | Path,
         "kind": CARD_KIND, "parts": entries,
         "base_model": base.to_json(), "settings": asdict(s),
         "triplets": totals, "skipped_ids": skipped, "triplets_sha256": triplets_sha256(triplets),
-        "excluded_questions": {"fold": s.exclude_fold or None, "count": len(left_out),
-                               "ids_sha256": hashlib.sha256(
-                                   "\n".join(sorted(left_out)).encode("utf-8")).hexdigest()},
+        "excluded_questions": excluded_record("fold", s.exclude_fold, left_out),
         "training": history, "wall_seconds": round(wall, 3),
         "packages": _package_versions(), "output_files": files,
         "usage": f"run --embedding-model {out}",

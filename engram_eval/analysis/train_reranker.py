@@ -326,6 +326,37 @@ def _part_pairs(part_p: Path, run: str | Path, s: TrainSettings
     return pairs, counts, entry, tp.left_out
 
 
+def distinct_parts(command: str, part: str | Path, run: str | Path,
+                   also: Sequence[tuple[str | Path, str | Path]]
+                   ) -> list[tuple[Path, str | Path]]:
+    """The (part, run) pairs a training command was given, the first part first; one
+    :class:`ConfigError` when a part is given twice (by content)."""
+    todo = [(Path(part), run)] + [(Path(p), r) for p, r in also]
+    shas = [sha256_file(p) for p, _ in todo]
+    if len(set(shas)) != len(shas):
+        raise ConfigError(f"{command}: the same part is given twice")
+    return todo
+
+
+def combined_counts(all_counts: Sequence[dict[str, Any]], kinds: Sequence[str]
+                    ) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """The card's totals over the parts' counts (``kinds`` summed, skipped questions counted
+    per reason) and the skipped question ids per reason, parts in order."""
+    totals: dict[str, Any] = {k: sum(c[k] for c in all_counts) for k in kinds}
+    totals["questions_skipped"] = {k: sum(c["questions_skipped"][k] for c in all_counts)
+                                   for k in all_counts[0]["questions_skipped"]}
+    skipped = {k: [i for c in all_counts for i in c["skipped_ids"][k]]
+               for k in all_counts[0]["skipped_ids"]}
+    return totals, skipped
+
+
+def excluded_record(key: str, spec: str, left_out: Sequence[str]) -> dict[str, Any]:
+    """The card's ``excluded_questions``: the fold rule (under ``key``), how many questions it
+    left out and the sha256 of their sorted ids."""
+    return {key: spec or None, "count": len(left_out),
+            "ids_sha256": hashlib.sha256("\n".join(sorted(left_out)).encode("utf-8")).hexdigest()}
+
+
 def train(part: str | Path, run: str | Path, output: str | Path,
           settings: TrainSettings | None = None, *, log: Any = None,
           also: Sequence[tuple[str | Path, str | Path]] = ()) -> dict[str, Any]:
@@ -339,10 +370,7 @@ def train(part: str | Path, run: str | Path, output: str | Path,
     for p in (out, card_path):
         if p.exists():
             raise ProvenanceError(f"{p}: exists; train-reranker never overwrites")
-    todo = [(Path(part), run)] + [(Path(p), r) for p, r in also]
-    shas = [sha256_file(p) for p, _ in todo]
-    if len(set(shas)) != len(shas):
-        raise ConfigError("train-reranker: the same part is given twice")
+    todo = distinct_parts("train-reranker", part, run, also)
     base = resolve_model(s.base_model, "embedding")
     pairs: list[Pair] = []
     entries: list[dict[str, Any]] = []
@@ -358,11 +386,7 @@ def train(part: str | Path, run: str | Path, output: str | Path,
         left_out += lo
     kinds = ("pairs", "positive", "hard", "random", "questions_used") + (
         ("absent",) if s.unanswerable_negatives else ())
-    totals: dict[str, Any] = {k: sum(c[k] for c in all_counts) for k in kinds}
-    totals["questions_skipped"] = {k: sum(c["questions_skipped"][k] for c in all_counts)
-                                   for k in all_counts[0]["questions_skipped"]}
-    skipped = {k: [i for c in all_counts for i in c["skipped_ids"][k]]
-               for k in all_counts[0]["skipped_ids"]}
+    totals, skipped = combined_counts(all_counts, kinds)
     t0 = time.time()
     history = _fit(pairs, base.path, out, s, log)
     wall = time.time() - t0
@@ -376,9 +400,7 @@ def train(part: str | Path, run: str | Path, output: str | Path,
         "run": first["run"], "parts": entries,
         "base_model": base.to_json(), "settings": asdict(s),
         "pairs": totals, "skipped_ids": skipped, "pairs_sha256": pairs_sha256(pairs),
-        "excluded_questions": {"shard": s.exclude_shard or None, "count": len(left_out),
-                               "ids_sha256": hashlib.sha256(
-                                   "\n".join(sorted(left_out)).encode("utf-8")).hexdigest()},
+        "excluded_questions": excluded_record("shard", s.exclude_shard, left_out),
         "training": history, "wall_seconds": round(wall, 3),
         "packages": _package_versions(), "output_files": files,
         "usage": f"run --rerank --reranker-model {out} --rerank-unit turn "
