@@ -71,14 +71,26 @@ GENERIC_RERANK: dict[str, Any] = {"reranker_backend": "sentence_transformers",
 #: conversations beside the LongMemEval tune part and run once on the held-out conversations
 #: (PROVENANCE.md section 18, results/turn_top_m/topm_first_stage.yaml: what differs from
 #: the chat settings; before it, section 14's results/lexical/tuned_first_stage.yaml and
-#: section 7's results/structure/tuned_by_structure.yaml).
+#: section 7's results/structure/tuned_by_structure.yaml), then with the people's encoder
+#: chosen out of fold (section 22, results/dense_encoder/encoder_choice.json, the held-out
+#: conversations run once with benchmarks/locomo/conv_v1_people_config.yaml).
 PEOPLE_DEFAULTS: dict[str, Any] = {"temporal": False, "weight_bm25_user": 1.0,
+                                   # the people fusion chosen with the people's encoder,
+                                   # out of fold (PROVENANCE.md section 22)
+                                   "weight_bm25_turn": 1.0,
                                    "weight_bm25_prf": 0.0,
                                    # "NAME: text" in the BM25 documents (section 14)
                                    "lexical_speaker": "prefix",
                                    # people's chats are not reranked: the shipped reranker's
                                    # card chose so (PROVENANCE.md sections 11 and 12)
-                                   "rerank": False}
+                                   "rerank": False,
+                                   # people's chats are encoded by the encoder trained here
+                                   # (engram_eval/models/engram-minilm-conv-v1, its stored
+                                   # int8 graph; PROVENANCE.md section 22); chats keep
+                                   # all-MiniLM-L6-v2, which it did not beat on them
+                                   "embedding_model": "engram-minilm-conv-v1",
+                                   "embedding_backend": "onnx",
+                                   "embedding_precision": "int8"}
 
 #: Fields added after runs were published, with the value that reproduces a run recorded
 #: before the field existed (its sidecar lacks the key). ``verify --rerun`` rebuilds such a
