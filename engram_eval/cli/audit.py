@@ -162,7 +162,13 @@ def add_catalog(sub: Any) -> None:
                       "command that differs); exit status 1 when there is one")
     mode.add_argument("--write", action="store_true",
                       help="(re)write the catalogue from the tree: the sidecars, git history "
-                      "(the commit that added each file) and PROVENANCE.md's contents table")
+                      "(the commit that added each file) and PROVENANCE.md's contents table; "
+                      "the written catalogue's archive is kept")
+    mode.add_argument("--archive", nargs="+", metavar="ID",
+                      help="move these entries to the catalogue's archive: each names the "
+                      "commit (HEAD) that holds its file, and the file and its companions are "
+                      "removed from the working tree once git holds them byte for byte "
+                      "(commit the removal and the catalogue next)")
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
@@ -173,10 +179,13 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
     root = Path(args.root)
     path = root / C.CATALOG
-    if args.write:
-        cat = C.build(root)
+    if args.write or args.archive:
+        kept = C.load(path).get("archive", []) if path.is_file() else []
+        cat = C.build(root, kept)
+        if args.archive:
+            cat = C.archive(root, cat, args.archive)
         atomic_write(path, C.dump(cat))
-        print(f"wrote {path}: {len(cat['entries'])} entries")
+        print(f"wrote {path}: {len(cat['entries'])} entries, {len(cat['archive'])} archived")
         return 0
     if not path.is_file():
         raise EngramEvalError(f"{path}: no catalogue (write it with engram-eval catalog --write)")

@@ -24,6 +24,11 @@ settings file, a document, the held-out ledger), built from what the tree alread
 
 :func:`build` makes the catalogue from a checkout; :func:`check` holds a written catalogue
 against the tree (every published file listed, every listed file present, hashes equal).
+
+The ``archive`` holds entries whose files left the tree (:func:`archive`): each as it was
+catalogued, plus ``at``, the commit that holds the file and its companions; the check reads
+each back from git history and compares its sha256, and ``engram-eval reproduce ID`` takes the
+file from there.
 ``engram-eval catalog`` writes or checks ``results/catalog.yaml``; ``engram-eval reproduce ID``
 re-executes an entry (:mod:`engram_eval.runs.reproduce`).
 """
@@ -237,8 +242,9 @@ def _derived_entry(p: Path, meta: Mapping[str, Any], root: Path) -> dict[str, An
             "role": "derived"}
 
 
-def build(root: str | Path) -> dict[str, Any]:
-    """The catalogue of the checkout at ``root`` (module docstring)."""
+def build(root: str | Path, archive: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The catalogue of the checkout at ``root`` (module docstring), carrying ``archive``
+    (the entries of a written catalogue's archive: files that live in git history only)."""
     root = Path(_normalise(Path(root).absolute()))
     results = root / "results"
     if not results.is_dir():
@@ -262,7 +268,8 @@ def build(root: str | Path) -> dict[str, Any]:
         entries.append({"id": entry_id(rel), "path": f"results/{rel}", "sha256": sha256_file(p),
                         **body, "commit": sources_commit(rel, added),
                         "sections": sections.get(folder, [])})
-    return {"kind": KIND, "version": VERSION, "entries": entries}
+    return {"kind": KIND, "version": VERSION, "entries": entries,
+            "archive": [dict(a) for a in archive]}
 
 
 def dump(catalog: Mapping[str, Any]) -> str:
@@ -286,22 +293,28 @@ def load(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: not a readable catalogue ({e})") from None
     if not isinstance(doc, dict) or doc.get("kind") != KIND or doc.get("version") != VERSION:
         raise ConfigError(f"{p}: not an {KIND} version {VERSION} file")
-    entries = doc.get("entries")
-    if not isinstance(entries, list):
-        raise ConfigError(f"{p}: field entries must be a list")
+    doc.setdefault("archive", [])
     seen: set[str] = set()
-    for i, item in enumerate(entries):
-        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
-            raise ConfigError(f"{p}: entries[{i}]: field id must be a string")
-        if item["id"] in seen:
-            raise ConfigError(f"{p}: entries[{i}]: id {item['id']!r} is listed twice")
-        seen.add(item["id"])
+    for field in ("entries", "archive"):
+        items = doc.get(field)
+        if not isinstance(items, list):
+            raise ConfigError(f"{p}: field {field} must be a list")
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+                raise ConfigError(f"{p}: {field}[{i}]: field id must be a string")
+            if item["id"] in seen:
+                raise ConfigError(f"{p}: {field}[{i}]: id {item['id']!r} is listed twice")
+            if field == "archive" and not (isinstance(item.get("at"), str)
+                                           and isinstance(item.get("path"), str)):
+                raise ConfigError(f"{p}: archive[{i}]: fields at (the commit holding the "
+                                  "file) and path must be strings")
+            seen.add(item["id"])
     return doc
 
 
 def find(catalog: Mapping[str, Any], entry: str) -> dict[str, Any]:
     """The entry of id ``entry`` (or of that path); one clear error naming close ids."""
-    entries = catalog["entries"]
+    entries = [*catalog["entries"], *catalog.get("archive", [])]
     for e in entries:
         if entry in (e["id"], e.get("path"), f"results/{e['id']}"):
             return dict(e)
@@ -335,4 +348,70 @@ def check(root: str | Path, catalog: Mapping[str, Any]) -> list[str]:
         if differ:
             problems.append(f"{b['path']}: the catalogue's {', '.join(differ)} differ from "
                             "what the tree records now")
+    for a in catalog.get("archive", []):
+        if a["id"] in fresh:
+            problems.append(f"{a['path']}: archived, and published in the tree too")
+            continue
+        if not history:
+            continue
+        blob = git_blob(Path(root), str(a["at"]), str(a["path"]))
+        if blob is None:
+            problems.append(f"{a['path']}: archived at {a['at']}, but git history has no such "
+                            "file there")
+        elif _sha(blob) != a.get("sha256"):
+            problems.append(f"{a['path']}: archived at {a['at']} with another sha256 than the "
+                            "catalogue's")
     return problems
+
+
+def _sha(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def git_blob(root: Path, commit: str, path: str) -> bytes | None:
+    """The bytes of ``path`` at ``commit`` in the repository at ``root`` (None: absent)."""
+    try:
+        done = subprocess.run(["git", "-C", str(root), "show", f"{commit}:{path}"],
+                              capture_output=True, check=False)
+    except OSError:
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def companions(path: str) -> list[str]:
+    """The files published beside ``path`` (its sidecar, a run's summary)."""
+    return [path + ".metadata.json", path + ".summary.json"]
+
+
+def archive(root: str | Path, catalog: Mapping[str, Any], ids: Iterable[str]
+            ) -> dict[str, Any]:
+    """``catalog`` with the entries ``ids`` moved to its archive, each naming the commit
+    (HEAD) that holds the file; the files and their companions are removed from the working
+    tree only after git holds each byte for byte (commit the removal next). A file with
+    uncommitted changes is refused."""
+    root = Path(root)
+    head = (_git(root, "rev-parse", "HEAD") or "").strip()
+    if not head:
+        raise ConfigError(f"{root}: not a git checkout with a commit: nothing can be archived")
+    moved: list[dict[str, Any]] = []
+    remove: list[Path] = []
+    for wanted in ids:
+        e = find({"entries": catalog["entries"]}, wanted)
+        if e["id"] in {m["id"] for m in moved}:
+            continue
+        for rel in [e["path"], *companions(e["path"])]:
+            f = root / rel
+            if not f.is_file():
+                continue
+            blob = git_blob(root, head, rel)
+            if blob is None or _sha(blob) != sha256_file(f):
+                raise ConfigError(f"{rel}: not committed as it is in the tree; commit it before "
+                                  "archiving (git must hold the file byte for byte)")
+            remove.append(f)
+        moved.append({**e, "at": head})
+    kept = [e for e in catalog["entries"] if e["id"] not in {m["id"] for m in moved}]
+    for f in remove:
+        f.unlink()
+    return {**catalog, "entries": kept, "archive": [*catalog.get("archive", []), *moved]}

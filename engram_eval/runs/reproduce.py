@@ -76,10 +76,20 @@ def reproduce(root: str | Path, entry_id: str, *, data: Sequence[str | Path] = (
     root = Path(root).resolve()
     cat = C.load(root / C.CATALOG)
     entry = C.find(cat, entry_id)
-    published = root / entry["path"]
-    if not published.is_file() or sha256_file(published) != entry["sha256"]:
-        raise ConfigError(f"{entry['path']}: not the file the catalogue lists (absent or "
-                          "another sha256): run engram-eval catalog --check")
+    if entry.get("at"):  # archived: the file lives in git history
+        blob = C.git_blob(root, str(entry["at"]), str(entry["path"]))
+        import hashlib
+
+        if blob is None or hashlib.sha256(blob).hexdigest() != entry["sha256"]:
+            raise ConfigError(f"{entry['path']}: archived at {entry['at']}, but git history "
+                              "does not hold it with the catalogue's sha256 (a shallow clone "
+                              "lacks it: fetch the history)")
+        echo(f"{entry['id']}: archived, read from git history at {str(entry['at'])[:12]}")
+    else:
+        published = root / entry["path"]
+        if not published.is_file() or sha256_file(published) != entry["sha256"]:
+            raise ConfigError(f"{entry['path']}: not the file the catalogue lists (absent or "
+                              "another sha256): run engram-eval catalog --check")
     commit = entry.get("commit")
     if not here and not commit:
         raise ConfigError(f"{entry['id']}: the catalogue names no commit (a file not yet "
@@ -113,11 +123,30 @@ def _in_checkout(root: Path, commit: str | None, here: bool,
                            capture_output=True, check=False)
 
 
-def _cli(tree: Path, args: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    """``engram-eval ARGS`` with the code of the checkout at ``tree``, this interpreter."""
+def _cli(tree: Path, args: Sequence[str], cwd: Path | None = None
+         ) -> subprocess.CompletedProcess[str]:
+    """``engram-eval ARGS`` with the code of the checkout at ``tree``, this interpreter, in
+    ``cwd`` (default: ``tree``)."""
     env = {**os.environ, "PYTHONPATH": str(tree) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "engram_eval.cli.main", *args], cwd=tree,
-                          env=env, capture_output=True, text=True, check=False)
+    return subprocess.run([sys.executable, "-m", "engram_eval.cli.main", *args],
+                          cwd=cwd or tree, env=env, capture_output=True, text=True, check=False)
+
+
+def _stage_inputs(root: Path, entry: Mapping[str, Any], stage: Path) -> None:
+    """The published inputs of an archived derived ``entry`` (and their companions), at their
+    paths under ``stage``: from the tree where they still are, else from git history at the
+    entry's ``at``."""
+    for inp in (entry.get("inputs") or {}).get("files") or []:
+        rel = str(inp.get("file"))
+        if not rel.startswith("results/"):
+            continue
+        for name in [rel, *C.companions(rel)]:
+            here = root / name
+            blob = (here.read_bytes() if here.is_file()
+                    else C.git_blob(root, str(entry["at"]), name))
+            if blob is not None:
+                (stage / name).parent.mkdir(parents=True, exist_ok=True)
+                (stage / name).write_bytes(blob)
 
 
 def _run(root: Path, entry: Mapping[str, Any], data: Sequence[str | Path], here: bool,
@@ -126,23 +155,47 @@ def _run(root: Path, entry: Mapping[str, Any], data: Sequence[str | Path], here:
     dataset = find_data(str(d["sha256"]), str(d["name"]), data)
     from engram_eval.runs.reader import read_run
 
-    n = read_run(root / entry["path"], require_sidecar=True).metadata["selection"].get("n")
-    k = int(questions) if questions else int(n or 0)
-    if k < 1:
-        raise ConfigError(f"{entry['id']}: --questions must be at least 1")
+    with tempfile.TemporaryDirectory(prefix="engram-reproduce-run-") as held:
+        published = _published_run(root, entry, Path(held))
+        n = read_run(published, require_sidecar=True).metadata["selection"].get("n")
+        k = int(questions) if questions else int(n or 0)
+        if k < 1:
+            raise ConfigError(f"{entry['id']}: --questions must be at least 1")
+        return _verify_run(root, entry, published, dataset, k, here, echo)
 
+
+def _published_run(root: Path, entry: Mapping[str, Any], held: Path) -> Path:
+    """The run file of ``entry`` with its companions: in the tree, or, archived, written from
+    git history into ``held``."""
+    if not entry.get("at"):
+        return root / entry["path"]
+    out = held / Path(entry["path"]).name
+    for rel in [entry["path"], *C.companions(entry["path"])]:
+        blob = C.git_blob(root, str(entry["at"]), rel)
+        if blob is not None:
+            (held / Path(rel).name).write_bytes(blob)
+    return out
+
+
+def _verify_run(root: Path, entry: Mapping[str, Any], published: Path, dataset: Path, k: int,
+                here: bool, echo: Callable[[str], None]) -> Outcome:
     def action(tree: Path) -> Outcome:
         # the published file of this checkout (the catalogue's hash checked), verified by
         # the code at ``tree``: the entry's commit may precede the commit that added the file
-        args = ["verify", str(root / entry["path"]), "--dataset", str(dataset.resolve()),
+        args = ["verify", str(published), "--dataset", str(dataset.resolve()),
                 "--rerun", str(k), "--rerun-seed", "0"]
         if entry.get("commit"):
             args += ["--sources-at", str(entry["commit"])]
         if tree == root:  # today's code, in this process's package
             from engram_eval.runs.verify import verify
 
-            rep = verify(root / entry["path"], dataset, rerun=k, rerun_seed=0,
-                         sources_at=entry.get("commit"))
+            # the recorded sources against the entry's commit where this package's code is
+            # that checkout's; a catalogue of another checkout: against the installed package
+            from engram_eval.io import package_root
+
+            own = package_root().resolve() == root.resolve()
+            rep = verify(published, dataset, rerun=k, rerun_seed=0,
+                         sources_at=entry.get("commit") if own else None)
             return Outcome(rep.verified, (*rep.format().splitlines(), rep.verdict()))
         done = _cli(tree, args)
         lines = (done.stdout + done.stderr).strip().splitlines()
@@ -200,7 +253,11 @@ def _derived(root: Path, entry: Mapping[str, Any], data: Sequence[str | Path], h
             if made is None:
                 raise ConfigError(f"{entry['id']}: its command writes no --output named "
                                   f"{target.name}; nothing to compare")
-            done = _cli(tree, new_args)
+            cwd = None
+            if tree == root and entry.get("at"):  # --here, archived: its inputs from history
+                cwd = out / "stage"
+                _stage_inputs(root, entry, cwd)
+            done = _cli(tree, new_args, cwd)
             if done.returncode != 0 or not made.is_file():
                 tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
                 return Outcome(False, (f"the command failed (exit {done.returncode}):",
@@ -209,7 +266,11 @@ def _derived(root: Path, entry: Mapping[str, Any], data: Sequence[str | Path], h
             if got == entry["sha256"]:
                 return Outcome(True, (f"[ok] {entry['path']}: made again, sha256 {got[:16]}… "
                                       "equals the published one",))
-            paths = json_differences(tree / entry["path"], made)
+            published = out / ("published-" + target.name)
+            blob = (C.git_blob(root, str(entry["at"]), str(entry["path"])) if entry.get("at")
+                    else (root / entry["path"]).read_bytes())
+            published.write_bytes(blob or b"")
+            paths = json_differences(published, made)
             code_only = here and paths is not None and bool(paths) and all(
                 set(x.split("/")) & CODE_KEYS for x in paths)
             shown = ", ".join((paths or [])[:8]) if paths is not None else "not JSON"

@@ -86,3 +86,55 @@ def test_the_repository_catalogue_agrees_with_the_tree() -> None:
 
     problems = C.check(ROOT, C.load(ROOT / C.CATALOG))
     assert not problems, "\n".join(problems[:20])
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
+                    *args], check=True, capture_output=True)
+
+
+def test_archived_entries_reproduce_from_git_history(tmp_path: Path) -> None:
+    """Two entries, a run and a comparison of it, archived (their files removed from the tree,
+    the catalogue naming the commit that holds them): the catalogue still checks, each is read
+    back from git history by id and re-executed with today's code; a file changed before
+    archiving is refused."""
+    from engram_eval.provenance import catalog as C
+
+    repo = tmp_path / "repo"
+    demo = repo / "results" / "demo"
+    demo.mkdir(parents=True)
+    data = ROOT / "fixtures" / "longmemeval_tiny.json"
+    for name, extra in (("a", []), ("b", ["--no-use-bm25-turn"])):
+        assert cli.main(["run", str(data), "--retriever", "bm25", "--no-rerank", "--no-progress",
+                         *extra, "--output", str(demo / f"{name}.jsonl")]) == 0
+    (repo / "PROVENANCE.md").write_text("| [1](#s1) | `results/demo/` | demo | none |\n")
+    _git(repo, "init", "-q")
+    import sys
+
+    # made as a maintainer makes it: the console script, in the checkout, results/ paths
+    subprocess.run([str(Path(sys.executable).parent / "engram-eval"), "compare",
+                    "results/demo/a.jsonl", "results/demo/b.jsonl", "--output",
+                    "results/demo/cmp.json"], cwd=repo, check=True, capture_output=True)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "publish")
+    assert cli.main(["catalog", "--write", "--root", str(repo)]) == 0
+    with (demo / "b.jsonl").open("a") as f:
+        f.write("\n")
+    with pytest.raises(ConfigError, match="not committed as it is"):
+        C.archive(repo, C.build(repo), ["demo/b"])
+    _git(repo, "checkout", "--", "results/demo/b.jsonl")
+    assert cli.main(["catalog", "--archive", "demo/a", "demo/cmp.json", "--root", str(repo)]) == 0
+    assert not (demo / "a.jsonl").exists() and not (demo / "cmp.json").exists()
+    assert not (demo / "a.jsonl.metadata.json").exists()
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "archive")
+    cat = C.load(repo / C.CATALOG)
+    assert [a["id"] for a in cat["archive"]] == ["demo/a", "demo/cmp.json"]
+    assert C.check(repo, cat) == []
+    run = reproduce(repo, "demo/a", data=[data.parent], here=True)
+    assert run.ok, run.lines
+    derived = reproduce(repo, "demo/cmp.json", here=True)
+    assert derived.ok, derived.lines
+    # a forged archive entry (another hash) is named by the check
+    cat["archive"][0]["sha256"] = "0" * 64
+    assert any("archived at" in p and "another sha256" in p for p in C.check(repo, cat))
