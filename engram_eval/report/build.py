@@ -198,7 +198,7 @@ def system_card(meta: Mapping[str, Any]) -> dict[str, Any] | None:
     system, ids = _obj(described, "system"), _obj(described, "ids")
     if not system:
         return None
-    files = system.get("files_sha256") if isinstance(system.get("files_sha256"), dict) else {}
+    files = _obj(system, "files_sha256")
     return {"entry": system.get("entry"), "distribution": system.get("distribution"),
             "version": system.get("version"), "url": system.get("url"),
             "server": system.get("server"), "n_files": len(files),

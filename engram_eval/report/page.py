@@ -504,6 +504,10 @@ def glance_section(doc: Mapping[str, Any]) -> str:
     return _kv(rows, "kv glance")
 
 
+def _cost_cell(x: Any) -> str:
+    return esc(f"{x:g}") if isinstance(x, int | float) and not isinstance(x, bool) else "–"
+
+
 def system_section(doc: Mapping[str, Any]) -> str:
     """The system's card (for a system from outside the package) and the run's cost per
     question (wall seconds; HTTP requests and bytes), with percentiles."""
@@ -534,7 +538,7 @@ def system_section(doc: Mapping[str, Any]) -> str:
                        for h in ("n", "p50", "p90", "p99", "max", "mean", "total"))
         body = "".join(
             f'<tr data-cost="{esc(name)}"><th>{esc(name)}</th>'
-            + "".join(f'<td class="num">{esc(round(c.get(col), 6) if isinstance(c.get(col), int | float) else "–")}</td>'
+            + "".join(f'<td class="num">{_cost_cell(c.get(col))}</td>'
                       for col in ("n", "p50", "p90", "p99", "max", "mean", "total"))
             + "</tr>" for name, c in cost.items() if isinstance(c, Mapping))
         out.append('<table class="cost"><thead><tr><th>per question</th>'
