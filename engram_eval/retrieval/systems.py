@@ -70,8 +70,6 @@ HTTP = "http"
 #: Label of a run whose system saw the real ids (sidecar, summary, report header).
 IDS_VISIBLE = "ids visible"
 IDS_OPAQUE = "opaque ids"
-#: Files of a distribution that say where or how it was installed, not what it is.
-_INSTALL_RECORDS = ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json")
 #: The most source files hashed for one system (a factory inside a huge package is refused:
 #: point py: at a small module instead).
 MAX_FILES = 5000
@@ -137,8 +135,9 @@ def _owning_distribution(module: Any) -> Any:
 
 
 def _module_files(factory: Any) -> dict[str, str]:
-    """sha256 of the source files of the top-level package (or module) that holds
-    ``factory``, keyed ``module:<path below its parent directory>``."""
+    """sha256 of every file (code and data, bytecode left out) of the top-level package (or
+    the one module) that holds ``factory``, keyed by its path below the package's parent
+    folder (``pkg/__init__.py``), as an installed distribution's RECORD names it."""
     module = sys.modules.get(getattr(factory, "__module__", "") or "")
     if module is None or not getattr(module, "__file__", None):
         return {}
@@ -146,31 +145,36 @@ def _module_files(factory: Any) -> dict[str, str]:
     top_file = Path(str(getattr(top, "__file__", None) or module.__file__)).resolve()
     if top_file.name == "__init__.py":
         base = top_file.parent.parent
-        files = sorted(p for p in top_file.parent.rglob("*.py") if "__pycache__" not in p.parts)
+        files = sorted(p for p in top_file.parent.rglob("*") if p.is_file()
+                       and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo"))
     else:
         base, files = top_file.parent, [top_file]
     if len(files) > MAX_FILES:
-        raise ConfigError(f"the system's package {top.__name__} holds {len(files)} source files "
-                          f"(at most {MAX_FILES} are hashed): point py: at a smaller module")
-    return {f"module:{p.relative_to(base).as_posix()}": sha256_file(p) for p in files}
+        raise ConfigError(f"the system's package {top.__name__} holds {len(files)} files (at "
+                          f"most {MAX_FILES} are hashed): point py: at a smaller package")
+    return {p.relative_to(base).as_posix(): sha256_file(p) for p in files}
 
 
 def _distribution_files(dist: Any) -> dict[str, str]:
-    """sha256 of each installed file of ``dist`` (bytecode and install records left out),
-    keyed ``dist:<path as its RECORD lists it>`` (its ``NAME-VERSION.dist-info/`` folder as
-    ``dist-info/``: the version is recorded on its own); a listed file that is missing is
-    ``missing``."""
+    """sha256 of each file ``dist`` installs that is part of what it is: bytecode, the
+    ``.dist-info`` folder (but its ``entry_points.txt``, kept as
+    ``dist-info/entry_points.txt``) and an editable install's ``.pth`` and finder files are
+    left out, since they change with how and where it was installed, not with its code; a
+    listed file that is missing is ``missing``. Keys as its RECORD names the files."""
     out: dict[str, str] = {}
     for f in dist.files or []:
-        rel = str(f)
-        parts = Path(rel).parts
-        if "__pycache__" in parts or rel.endswith((".pyc", ".pyo")) or \
-                (parts and parts[-1] in _INSTALL_RECORDS):
+        parts = Path(str(f)).parts
+        if not parts or "__pycache__" in parts or parts[-1].endswith((".pyc", ".pyo", ".pth")) \
+                or parts[0].startswith("__editable__") or parts[0] == "..":
             continue
+        if parts[0].endswith((".dist-info", ".egg-info")):
+            if parts[-1] != "entry_points.txt":
+                continue
+            rel = "dist-info/entry_points.txt"
+        else:
+            rel = "/".join(parts)
         path = Path(dist.locate_file(f))
-        if parts and parts[0].endswith((".dist-info", ".egg-info")):
-            rel = "/".join(("dist-info", *parts[1:]))
-        out[f"dist:{rel}"] = sha256_file(path) if path.is_file() else "missing"
+        out[rel] = sha256_file(path) if path.is_file() else "missing"
         if len(out) > MAX_FILES:
             raise ConfigError(f"distribution {dist.metadata['Name']} installs over {MAX_FILES} "
                               "files: too many to hash for a system's identity")
@@ -179,8 +183,10 @@ def _distribution_files(dist: Any) -> dict[str, str]:
 
 def system_identity(factory: Any, *, entry: str, dist: Any = None) -> dict[str, Any]:
     """What identifies the code of a system: its entry, its distribution's name and version
-    (None for a module no distribution ships) and the sha256 of each file
-    (:func:`_distribution_files`, :func:`_module_files`)."""
+    (None for a module no distribution ships) and the sha256 of each of its files: the files
+    of the factory's top-level package (:func:`_module_files`) and any other file the
+    distribution installs (:func:`_distribution_files`), keyed by path as a RECORD names them,
+    so an editable and a regular install of the same code record the same."""
     files = {**(_distribution_files(dist) if dist is not None else {}), **_module_files(factory)}
     return {"entry": entry,
             "distribution": dist.metadata["Name"] if dist is not None else None,

@@ -77,7 +77,7 @@ def test_entry_point_run_resume_verify_rerun(monkeypatch: pytest.MonkeyPatch,
     text = rep.format()
     assert "the system installed here is not the one the run used" in text
     assert "version: the run's '1.0.0', installed '1.1.0'" in text
-    assert "module:engram_prefix_leak/__init__.py" in text
+    assert "engram_prefix_leak/__init__.py" in text
     # and a resume of the finished run with the other version is refused too
     with pytest.raises(EngramEvalError, match="version"):
         run(RunConfig(retriever=LEAK, system_settings={"prefix": "answer_"}, progress=False),
@@ -97,7 +97,7 @@ def test_py_path_opaque_vs_real_ids(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert meta["retriever"]["ids"] == {"real_ids": True, "id_salt": "", "id_seed": 0,
                                         "label": "ids visible"}
     assert json.loads(summary_path(visible).read_text())["system_ids"] == "ids visible"
-    assert "module:engram_prefix_leak/__init__.py" in meta["retriever"]["system"]["files_sha256"]
+    assert "engram_prefix_leak/__init__.py" in meta["retriever"]["system"]["files_sha256"]
     for path in (opaque, visible):
         rep = verify(path, H.FIXTURE, rerun=3, rerun_seed=1)
         assert rep.ok and rep.verified, rep.format()
