@@ -37,8 +37,8 @@ kept and ``--resume`` continues): a ranking metric at k > its length, or a recal
 sessions it never ranked, would otherwise be scored on sessions the system did not order.
 
 What a run records (``describe()``, the sidecar's ``retriever`` section, in the fingerprint):
-the entry (name and target), the distribution's name and version, the sha256 of each of its
-installed files and of the factory's module source files (:func:`system_identity`), the
+the entry (name and target), the distribution's name and version and the installed versions of
+what it requires, the sha256 of each of its installed files and of the factory's module source files (:func:`system_identity`), the
 settings and their sha256, and the ids (``real_ids``, ``id_salt``, ``id_seed``). ``verify
 --rerun`` rebuilds the system from the recorded settings and, where the installed version or
 files differ, says which (:func:`identity_difference`) instead of re-running.
@@ -191,14 +191,35 @@ def system_identity(factory: Any, *, entry: str, dist: Any = None) -> dict[str, 
     return {"entry": entry,
             "distribution": dist.metadata["Name"] if dist is not None else None,
             "version": dist.version if dist is not None else None,
+            "dependencies": _dependencies(dist) if dist is not None else {},
             "files_sha256": dict(sorted(files.items()))}
+
+
+def _dependencies(dist: Any) -> dict[str, str | None]:
+    """The installed version of each distribution ``dist`` requires (its extras' left out;
+    None where one is not installed)."""
+    import re
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for req in dist.requires or []:
+        if "extra ==" in req.replace('"', "").replace("'", ""):
+            continue
+        name = re.split(r"[\s;<>=!~\[(]", req.strip(), maxsplit=1)[0]
+        if not name:
+            continue
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return dict(sorted(out.items()))
 
 
 def identity_difference(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     """How the installed system (``now``, ``describe()["system"]``) differs from the one a run
     recorded: entry, distribution, version, each file differing, absent or new, settings."""
     out = []
-    for key in ("entry", "distribution", "version", "url"):
+    for key in ("entry", "distribution", "version", "dependencies", "url"):
         if recorded.get(key) != now.get(key):
             out.append(f"{key}: the run's {recorded.get(key)!r}, installed {now.get(key)!r}")
     then_files = recorded.get("files_sha256") or {}
