@@ -79,6 +79,15 @@ class SystemReplyError(EngramEvalError):
     """A system's reply is not a ranking of its haystack (message names question and id)."""
 
 
+class SystemUnavailableError(ConfigError):
+    """The system a run recorded cannot be built here (not installed, not importable):
+    ``verify --rerun`` cannot re-execute it; the message names it and how to install it."""
+
+
+#: The words :class:`SystemUnavailableError` messages carry (tests skip on them).
+NOT_INSTALLED = "is not installed here"
+
+
 # --------------------------------------------------------------------------- resolution
 def entry_points() -> dict[str, Any]:
     """The installed entry points of :data:`ENTRY_POINT_GROUP`, by name."""

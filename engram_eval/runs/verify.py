@@ -648,6 +648,7 @@ def rerun_retriever(meta: Mapping[str, Any]) -> Any:
     builds it (:func:`engram_eval.retrieval.base.create`), with the vector cache off. Raises
     :class:`ProvenanceError` when the model files that resolve now differ from the recorded
     ones (sha256), or when the rebuilt retriever describes other settings than the recorded."""
+    from engram_eval.errors import ConfigError
     from engram_eval.provenance.sidecar import diff
     from engram_eval.retrieval import base as retrieval_base
     from engram_eval.retrieval.settings import recorded_values
@@ -660,8 +661,18 @@ def rerun_retriever(meta: Mapping[str, Any]) -> Any:
     if "system_config" in recorded:  # the recorded settings, not the file read again
         recorded["system_config"] = ""
     config = RunConfig.from_mapping(recorded, source="the sidecar's recorded config")
-    retriever = retrieval_base.create(config.retriever, config)  # resolves models, loads none
     system = (meta.get("retriever") or {}).get("system")
+    try:
+        retriever = retrieval_base.create(config.retriever, config)  # resolves models only
+    except ConfigError as e:
+        if not isinstance(system, Mapping):
+            raise
+        from engram_eval.retrieval.systems import NOT_INSTALLED, SystemUnavailableError
+
+        dist = system.get("distribution") or "no distribution"
+        raise SystemUnavailableError(
+            f"the run's system {config.retriever} ({dist} {system.get('version') or ''}) "
+            f"{NOT_INSTALLED}, so it cannot be re-executed: {e}") from None
     if isinstance(system, Mapping):  # a system from outside the package: its code, exactly
         from engram_eval.retrieval.systems import identity_difference
 
