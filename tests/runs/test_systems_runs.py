@@ -101,11 +101,21 @@ def test_py_path_opaque_vs_real_ids(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     for path in (opaque, visible):
         rep = verify(path, H.FIXTURE, rerun=3, rerun_seed=1)
         assert rep.ok and rep.verified, rep.format()
-    # a summary edited to hide the label fails verify
+    # a summary edited to hide the label, or to claim another cost, fails verify
     s = json.loads(summary_path(visible).read_text())
     s["system_ids"] = "opaque ids"
+    s["cost"]["seconds"]["p50"] /= 2
     summary_path(visible).write_text(json.dumps(s))
-    assert "system_ids" in verify(visible, H.FIXTURE).format()
+    text = verify(visible, H.FIXTURE).format()
+    assert "system_ids 'opaque ids' differs from the sidecar's 'ids visible'" in text
+    assert "summary cost differs" in text
+    # the Python API builds the same system as the runner
+    import engram_eval
+
+    r = engram_eval.make_retriever(name, system=engram_eval.SystemSettings(real_ids=True))
+    q = engram_eval.load_dataset(H.FIXTURE)[0]
+    r.index(q.sessions)
+    assert r.rank(q).session_ids == _rows(visible)[0]["ranked_session_ids"]
 
 
 def test_shards_merge_and_a_crash_resumes(monkeypatch: pytest.MonkeyPatch,
