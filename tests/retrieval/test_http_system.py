@@ -21,6 +21,7 @@ import systems_helpers as H  # noqa: E402
 from engram_eval.errors import ConfigError, EngramEvalError  # noqa: E402
 from engram_eval.provenance.sidecar import sidecar_path, summary_path  # noqa: E402
 from engram_eval.runs.config import RunConfig  # noqa: E402
+from engram_eval.runs.rows import TIMING_FIELDS  # noqa: E402
 from engram_eval.runs.runner import run  # noqa: E402
 from engram_eval.runs.verify import verify  # noqa: E402
 
@@ -111,6 +112,7 @@ def test_good_server_runs_verifies_and_counts_cost(server, tmp_path: Path) -> No
     system = meta["retriever"]["system"]
     assert system["url"] == url and system["server"] == {"name": "test-server", "version": "7"}
     rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert all(set(r["timing"]) == set(TIMING_FIELDS) for r in rows)
     assert all(r["timing"]["requests"] == 2 for r in rows)  # index + search per question
     assert all(r["timing"]["bytes_sent"] > 0 and r["timing"]["bytes_received"] > 0 for r in rows)
     cost = json.loads(summary_path(out).read_text())["cost"]
