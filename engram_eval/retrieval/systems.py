@@ -49,6 +49,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import math
+import numbers
 import random
 import sys
 from collections.abc import Mapping, Sequence
@@ -403,7 +404,7 @@ def parse_ranking(reply: Any, back: Mapping[str, str], question_id: str,
         elif isinstance(item, Mapping) and isinstance(item.get("id"), str):
             sid, score = item["id"], item.get("score")
             if score is not None and (isinstance(score, bool) or not isinstance(
-                    score, (int, float)) or not math.isfinite(score)):
+                    score, numbers.Real) or not math.isfinite(score)):
                 raise SystemReplyError(f"{where}: ranking[{i}] score {str(score)[:40]!r} is "
                                        "not a finite number")
         else:

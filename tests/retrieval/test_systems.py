@@ -97,6 +97,10 @@ def test_a_reply_that_is_not_a_ranking_is_one_clear_error(reply, match: str) -> 
     assert parse_ranking(good, back, "q1", "spy") == ([f"s{i}" for i in range(4)],
                                                        [4.0, 3.0, 2.0, 1.0])
     assert parse_ranking({"ranking": [f"s{i}" for i in range(4)]}, back, "q1", "spy")[1] is None
+    import numpy as np  # a numpy score is a number too
+
+    assert parse_ranking([{"id": f"s{i}", "score": np.float32(4 - i)} for i in range(4)], back,
+                         "q1", "spy")[1] == [4.0, 3.0, 2.0, 1.0]
     with pytest.raises(SystemReplyError, match=match) as e:
         parse_ranking(reply(good), back, "q1", "spy")
     assert "question q1" in str(e.value)
