@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 import systems_helpers as H
 
@@ -22,6 +23,10 @@ from engram_eval.retrieval.systems import (
     parse_ranking,
 )
 from engram_eval.runs.config import RunConfig
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "engram_eval" / "schemas"
+                     / "system.schema.json").read_text())
+REFS = {"index": "haystack", "search": "query", "reply": "ranking"}
 
 
 @pytest.fixture(autouse=True)
@@ -57,6 +62,9 @@ def test_opaque_ids_map_back_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
         # the ranking came back in the dataset's ids, every session once, in the system's order
         _, back = r.haystack(q)
         assert ranking.session_ids == [back[x["id"]] for x in H.SEEN[-1]["reply"]]
+        # what is sent and returned is what the protocol's schema says
+        for kind, doc in ((k, v) for seen in H.SEEN for k, v in seen.items()):
+            jsonschema.validate(doc, {**SCHEMA, "$ref": f"#/$defs/{REFS[kind]}"})
         assert sorted(ranking.session_ids) == sorted(real)
 
 
