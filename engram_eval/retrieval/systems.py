@@ -345,8 +345,8 @@ class SystemRetriever:
 
     def rank(self, question: Question) -> Ranking:
         doc, back = self.haystack(question)
-        self.system.index(doc)
-        reply = self.system.search(self.query(question))
+        self._call("index", doc, question.question_id)
+        reply = self._call("search", self.query(question), question.question_id)
         ids, scores = parse_ranking(reply, back, question.question_id, self.name)
         n = len(ids)
         if scores is None:
@@ -356,6 +356,19 @@ class SystemRetriever:
             results = [ScoredSession(back[i], s, {"system_score": True})
                        for i, s in zip(ids, scores, strict=True)]
         return Ranking(question.question_id, tuple(results))
+
+    def _call(self, method: str, doc: dict[str, Any], question_id: str) -> Any:
+        """The system's ``method(doc)``; whatever it raises (other than the package's own
+        errors, which already say what went wrong) is one :class:`SystemReplyError` naming the
+        system, the question and the exception."""
+        try:
+            return getattr(self.system, method)(doc)
+        except EngramEvalError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever the system raises
+            raise SystemReplyError(f"system {self.name}: question {question_id}: its "
+                                   f"{method}() raised {type(e).__name__}: "
+                                   f"{' '.join(str(e).split())[:300]}") from e
 
     def question_cost(self) -> dict[str, int]:
         """What the last question cost beyond its wall time (HTTP: requests and bytes)."""

@@ -137,7 +137,7 @@ def test_shards_merge_and_a_crash_resumes(monkeypatch: pytest.MonkeyPatch,
     H.SEEN.clear()
     H.FAIL_AT.append(5)
     crashed = tmp_path / "crashed.jsonl"
-    with pytest.raises(RuntimeError, match="crashes"):
+    with pytest.raises(EngramEvalError, match=r"search\(\) raised RuntimeError: the spy crashes"):
         run(cfg, H.FIXTURE, crashed, echo=_quiet)
     assert len(_rows(crashed)) == 4
     H.FAIL_AT.clear()
