@@ -24,17 +24,22 @@ user sessions (their dense pieces and vectors as the store persisted them):
 3. Focused-excerpt retry: a long memory the gate rejects tries one focused excerpt
    (:func:`engram_eval.retrieval.passages.select_excerpt`, at most one per memory), whatever
    the other candidates scored; the larger confidence survives.
-4. Gate: memories with confidence >= the cut-off (:func:`gate_cutoff`: ``min_confidence``, or
-   under ``cutoff`` 'calibrated' the one the applied calibration model records), best first
-   (ties: ranking order), at most ``limit``; possibly nothing (abstention). The response's
-   ``question["min_confidence"]`` is the cut-off applied.
+4. Gate (:func:`accepted`; cut-off :func:`gate_cutoff`: ``min_confidence``, or under
+   ``cutoff`` 'calibrated' the one the applied calibration model records): under
+   ``result_order`` 'pipeline' (the default) the gate decides *whether* to answer and the
+   pipeline the order -- the first candidate's confidence below the cut-off abstains,
+   else the candidates at or above it in the pipeline's order (a later candidate under it
+   is dropped); under 'confidence' (every record made before issue 45) the candidates at or
+   above the cut-off, most confident first (ties: ranking order). At most ``limit``;
+   possibly nothing (abstention). The response's ``question["min_confidence"]`` is the
+   cut-off applied, ``question["result_order"]`` the order.
 
 This code never sees gold ids: it receives memories and a query only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -286,6 +291,24 @@ def gate_cutoff(settings: ProductionSettings,
     return settings.min_confidence
 
 
+def accepted(cands: Sequence[int], conf: Mapping[int, float], cut: float,
+             order: str = "pipeline") -> list[int]:
+    """The candidates the gate accepts, in the order it returns them (module docstring, step
+    4): ``cands`` in the pipeline's order, ``conf`` their confidences. Under ``order``
+    'pipeline' the first candidate's confidence decides answer or abstain and each later
+    candidate under ``cut`` is dropped (so the first result, when there is one, is the
+    pipeline's first); under 'confidence' those at or above ``cut``, most confident first
+    (ties: the pipeline's order)."""
+    if order == "pipeline":
+        if not cands or conf[cands[0]] < cut:
+            return []
+        return [i for i in cands if conf[i] >= cut]
+    if order != "confidence":
+        raise ValueError(f"result order {order!r}: 'pipeline' or 'confidence'")
+    rank = {i: n for n, i in enumerate(cands)}
+    return sorted((i for i in cands if conf[i] >= cut), key=lambda i: (-conf[i], rank[i]))
+
+
 def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[Memory],
                     pieces: Sequence[tuple[int, str]], vectors: np.ndarray,
                     limit: int | None = None, min_confidence: float | None = None,
@@ -376,14 +399,13 @@ def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[
     for i in cands:
         traces[i]["confidence"] = conf[i]
         traces[i]["accepted"] = False
-    passed = sorted((i for i in cands if conf[i] >= cut), key=lambda i: (-conf[i], cands.index(i)))
-    chosen = passed[:limit]
+    chosen = accepted(cands, conf, cut, s.result_order)[:limit]
     for i in chosen:
         traces[i]["accepted"] = True
     results = tuple(SearchResult(memories[i].id, float(conf[i]), memories[i].text,
                                  memories[i].date, traces[i]) for i in chosen)
     question = {"query": query, "now": now, "time_window": sig["window"], "limit": limit,
-                "min_confidence": cut}
+                "min_confidence": cut, "result_order": s.result_order}
     if shape_used is not None:  # a per-shape calibration: the model it applied
         question["shape"] = shape_used
     return SearchResponse(results, tuple(traces[i] for i in cands), question)

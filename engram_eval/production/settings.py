@@ -77,8 +77,9 @@ def data_file(path: str | Path) -> Path:
 #: Gate fields (not retrieval settings). The excerpt retry changes confidences, so a
 #: calibration depends on it; the others only cut what is returned.
 GATE_FIELDS = ("candidates", "excerpt_retry", "excerpt_max_words", "rerank_confidence", "limit",
-               "min_confidence", "cutoff", "calibration")
-_NOT_CALIBRATED = ("candidates", "limit", "min_confidence", "cutoff", "calibration")
+               "min_confidence", "cutoff", "calibration", "result_order")
+_NOT_CALIBRATED = ("candidates", "limit", "min_confidence", "cutoff", "calibration",
+                   "result_order")
 
 #: A field a record predates -> the value that reproduces what it was made with, never a later
 #: default (:meth:`ProductionSettings.from_recorded`): the gate's fixed cut-off and the
@@ -87,7 +88,7 @@ _NOT_CALIBRATED = ("candidates", "limit", "min_confidence", "cutoff", "calibrati
 #: then (the first stage before PROVENANCE.md section 14, no rerank, the people overrides of
 #: calibrations v2-v4; records lacking them: the published runs, calibrations v1-v3).
 RECORD_LEGACY: dict[str, Any] = {
-    "cutoff": "fixed", "rerank_confidence": "sigmoid", "rerank_prior": "rank",
+    "result_order": "confidence", "cutoff": "fixed", "rerank_confidence": "sigmoid", "rerank_prior": "rank",
     "dense_turn_top_m": 1, "use_dense_rocchio": False, "use_bm25_prf": False,
     "lexical_stemmer": "none", "lexical_stopwords": "none", "normalisation": "minmax",
     "weight_bm25_user": 0.3, "weight_bm25_turn": 0.3, "weight_bm25_prf": 0.0,
@@ -95,6 +96,9 @@ RECORD_LEGACY: dict[str, Any] = {
     "people_overrides": {"normalisation": "zscore", "temporal": False,
                          "weight_bm25_user": 1.0, "rerank": False}}
 
+#: (``result_order`` 'confidence': every record made before issue 45 -- the published
+#: production runs and measurements, the calibrations' settings files -- returned the accepted
+#: candidates most confident first.)
 #: The older flat record (published runs, calibration_v1.json) -> these field names.
 _LEGACY_NAMES = {"piece_words": "dense_piece_words", "piece_overlap": "dense_piece_overlap",
                  "weight_bm25": "weight_bm25_user"}
@@ -144,6 +148,15 @@ class ProductionSettings(RetrievalSettings):
                           "package defaults; the former defaults v5, v4 and v2 under "
                           "--settings engram_eval/production/data/settings_v5.json, "
                           "settings_v4.json and settings_v2.json)", group=GATE_GROUP)
+
+    result_order: str = _f(
+        "pipeline", "the order of the accepted results, and which candidate's confidence "
+        "decides to answer: 'pipeline' = the retrieval pipeline's order; the first "
+        "candidate's confidence decides answer or abstain, and each later candidate under "
+        "the cut-off is dropped (the gate decides whether to answer, the pipeline the "
+        "order); 'confidence' = the candidates at or above the cut-off, most confident "
+        "first (what production did before issue 45; a record without this field was made "
+        "so)", group=GATE_GROUP, choices=("pipeline", "confidence"))
 
     def to_json(self) -> dict[str, Any]:
         """Every field but the runtime ones (batch size, cache)."""

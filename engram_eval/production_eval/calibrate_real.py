@@ -55,9 +55,11 @@ held out (its own ``heldout`` field, its bytes, or any case of a known held-out 
 part is.
 
 **Measurement** (:func:`measure`): the packaged search under that calibration over a part's
-questions; per question its top result (highest confidence, ties in ranking order), whether
-it is right, and the selective-retrieval metrics of :mod:`engram_eval.scoring.selective`
-with bootstrap intervals over questions (over whole conversations on LoCoMo).
+questions; per question its top result under the gate's ``result_order`` (the pipeline's
+first; before issue 45 the highest confidence, ties in ranking order), whether it is right,
+and the selective-retrieval metrics of :mod:`engram_eval.scoring.selective` with bootstrap
+intervals over questions (over whole conversations on LoCoMo); both orders are reported side
+by side (:func:`measure_orders`).
 """
 
 from __future__ import annotations
@@ -378,15 +380,30 @@ def _raw_coefficients(model: Any) -> tuple[float, np.ndarray]:
     return b, w
 
 
-def _top(records: list[dict[str, Any]], conf: list[np.ndarray]) -> list[dict[str, Any]]:
-    """Per question: its top candidate by confidence (ties: ranking order), whether right."""
+#: The two orders of the gate's results (``ProductionSettings.result_order``): the
+#: pipeline's (the default since issue 45) and most confident first (before it).
+ORDERS = ("pipeline", "confidence")
+
+
+def top_index(conf: np.ndarray, order: str) -> int:
+    """The position (in the pipeline's order) of a question's top result under ``order``:
+    the pipeline's first, or the most confident (ties: the pipeline's order)."""
+    if order not in ORDERS:
+        raise ConfigError(f"result order {order!r}: one of {list(ORDERS)}")
+    return 0 if order == "pipeline" else int(np.argmax(conf))  # first maximum on ties
+
+
+def _top(records: list[dict[str, Any]], conf: list[np.ndarray],
+         order: str = "confidence") -> list[dict[str, Any]]:
+    """Per question: its top candidate under ``order`` (:func:`top_index`; candidates in the
+    pipeline's order), its confidence, whether right."""
     out = []
     for r, c in zip(records, conf, strict=True):
         if not len(c):
             out.append({"question_id": r["question_id"], "unanswerable": r["unanswerable"],
                         "top": None, "confidence": 0.0, "correct": 0})
             continue
-        i = int(np.argmax(c))  # first maximum: ranking order on ties
+        i = top_index(c, order)
         right = (not r["unanswerable"]) and r["candidates"][i] in r["gold"]
         out.append({"question_id": r["question_id"], "unanswerable": r["unanswerable"],
                     "top": r["candidates"][i], "confidence": float(c[i]),
@@ -400,15 +417,17 @@ def at_cutoff(top: Sequence[dict[str, Any]], cut: float) -> dict[str, Any]:
     una = [t for t in top if t["unanswerable"]]
     ret = [t for t in top if t["confidence"] >= cut]
     acc = [t for t in ans if t["confidence"] >= cut]
+    abstained = sum(1 for t in una if t["confidence"] < cut)
     return {"cutoff": cut, "questions": len(top), "answerable": len(ans),
             "unanswerable": len(una), "returned": len(ret),
+            "returned_top_gold": sum(t["correct"] for t in ret),
+            "unanswerable_abstained": abstained,
             "returned_top_gold_rate": (sum(t["correct"] for t in ret) / len(ret)
                                        if ret else None),
             "answerable_returned_rate": len(acc) / len(ans) if ans else None,
             "answerable_top_gold_rate": (sum(t["correct"] for t in acc) / len(ans)
                                          if ans else None),
-            "unanswerable_abstained_rate": (sum(1 for t in una if t["confidence"] < cut)
-                                            / len(una) if una else None)}
+            "unanswerable_abstained_rate": abstained / len(una) if una else None}
 
 
 def choose_cutoff(tops: dict[str, list[dict[str, Any]]], target: float,
@@ -492,14 +511,19 @@ class ModelFit:
     calibrate_on: str
     target_precision: float
     min_returned: int
+    order: str = "confidence"
 
 
 def fit_model(parts: Sequence[PartData], *, features: str = DEFAULT_FEATURE_SET,
               folds: int = 5, C: float = 1.0, mapping: str = "isotonic",
               calibrate_on: str = "top", target_precision: float = 0.9,
-              min_returned: int = 20, digits: int | None = None) -> ModelFit:
+              min_returned: int = 20, digits: int | None = None,
+              order: str = "confidence") -> ModelFit:
     """The fit of the module docstring on ``parts`` (pooled): out-of-fold scores by
     ``GroupKFold``, the mapping on them, the score model refitted on all pairs, the cut-off.
+    ``order``: which candidate is a question's top result (:func:`top_index`: the
+    pipeline's first, or the most confident, as every fit before issue 45), for the mapping
+    fitted on top results and the cut-off.
     ``digits``: the mapping's numbers are rounded to these many decimals as recorded (None:
     unrounded); the out-of-fold confidences that choose the cut-off use the recorded
     numbers, as search will."""
@@ -532,9 +556,9 @@ def fit_model(parts: Sequence[PartData], *, features: str = DEFAULT_FEATURE_SET,
     if calibrate_on == "top":
         tz, ty = [], []
         for part, zs in zip(parts, z_q, strict=True):
-            for t, zq in zip(_top(part.records, zs), zs, strict=True):
+            for t, zq in zip(_top(part.records, zs, order), zs, strict=True):
                 if len(zq):
-                    tz.append(float(zq.max()))
+                    tz.append(float(zq[top_index(zq, order)]))
                     ty.append(float(t["correct"]))
         cal_z, cal_y = np.asarray(tz), np.asarray(ty)
     else:
@@ -558,10 +582,10 @@ def fit_model(parts: Sequence[PartData], *, features: str = DEFAULT_FEATURE_SET,
                              np.asarray(doc_map["isotonic"]["y"]))
         return 1.0 / (1.0 + np.exp(-(doc_map["platt"]["a"] * z + doc_map["platt"]["b"])))
     conf_q = [[fmap(zq) for zq in zs] for zs in z_q]
-    tops = {p.label: _top(p.records, cq) for p, cq in zip(parts, conf_q, strict=True)}
+    tops = {p.label: _top(p.records, cq, order) for p, cq in zip(parts, conf_q, strict=True)}
     cut = choose_cutoff(tops, target_precision, min_returned)
     return ModelFit(fs, final, mapper, doc_map, cut, tops, folds, C, calibrate_on,
-                    target_precision, min_returned)
+                    target_precision, min_returned, order)
 
 
 def _cutoff_doc(m: ModelFit, on: str) -> dict[str, Any]:
@@ -668,7 +692,10 @@ def shape_model_doc(m: ModelFit, shape: str, parts: Sequence[PartData], *,
                                "/ case (a fixture), final score model refitted on all pairs",
                     "folds": m.folds, "C": m.C,
                     "label": "memory is gold (never for an unanswerable question)",
-                    "candidates_per_question": candidates},
+                    "candidates_per_question": candidates,
+                    # a fit before issue 45 took the most confident candidate (not recorded)
+                    **({"top_result": "the pipeline's first candidate (result_order "
+                                      "'pipeline')"} if m.order == "pipeline" else {})},
             "data": _data_doc(parts),
             "tuning_parts_out_of_fold": {p.label: summarise(m.tops[p.label], bins=bins)
                                          for p in parts},
@@ -696,7 +723,8 @@ def fit_shapes(parts: Sequence[PartData], engine: Engine, *,
                min_returned: int = 20, bins: int = 15) -> dict[str, Any]:
     """Calibration version 4: :func:`fit_model` once per memory shape, each on the parts
     whose data has that shape (module docstring). ``target_precision``: one target, or one
-    per shape (a shape not named takes 0.9). Returns the calibration document."""
+    per shape (a shape not named takes 0.9). A question's top result is the one the
+    engine's ``result_order`` returns first. Returns the calibration document."""
     from engram_eval.data.records import SHAPES
 
     _check_engine(engine)
@@ -716,7 +744,7 @@ def fit_shapes(parts: Sequence[PartData], engine: Engine, *,
     for shape in sorted(by_shape):
         m = fit_model(by_shape[shape], features=features, folds=folds, C=C, mapping=mapping,
                       calibrate_on=calibrate_on, target_precision=targets.get(shape, 0.9),
-                      min_returned=min_returned)
+                      min_returned=min_returned, order=engine.settings.result_order)
         shapes[shape] = shape_model_doc(m, shape, by_shape[shape],
                                         candidates=engine.settings.candidates, bins=bins)
     return {"kind": CALIBRATION_KIND, "version": 4, "formula": FORMULA_V4,
@@ -736,7 +764,8 @@ def measure(engine: Engine, path: str | Path, *, cutoff: float | None = None, bi
             on_question: Callable[[int], None] | None = None) -> dict[str, Any]:
     """The gate under ``engine``'s calibration over ``path``, searched by production search:
     per-question top results and the selective-retrieval metrics with bootstrap intervals
-    (module docstring). ``cutoff``: None = the gate's own for the data's memory shape
+    (module docstring), under the engine's ``result_order`` with both orders reported
+    (:func:`measure_orders`). ``cutoff``: None = the gate's own for the data's memory shape
     (:meth:`~engram_eval.production.search.Engine.cutoff_for`)."""
     from engram_eval.data.datasets import load_questions, resolve_format
 
@@ -744,24 +773,17 @@ def measure(engine: Engine, path: str | Path, *, cutoff: float | None = None, bi
     fmt = resolve_format(path, "auto")
     _, loaded = load_questions(path, fmt)
     qs = list(loaded)[:max_questions] if max_questions else list(loaded)
-    top = []
+    records: list[dict[str, Any]] = []
+    conf: list[np.ndarray] = []
     shapes = set()
     for n, sq in enumerate(session_questions(engine, qs, fmt)):
         shapes.add(sq.shape)
-        resp = search_all(engine, sq)
-        best = sorted(resp.candidates, key=lambda c: (-c["confidence"], c["fused_rank"]))
+        resp = search_all(engine, sq)  # candidates in the pipeline's order
         gold = set(sq.gold)  # read only after search returned
-        if best:
-            t = best[0]
-            right = (not sq.unanswerable) and t["id"] in gold
-            top.append({"question_id": sq.question.question_id,
+        records.append({"question_id": sq.question.question_id,
                         "unanswerable": sq.unanswerable, "gold": sorted(gold),
-                        "top": t["id"], "confidence": float(t["confidence"]),
-                        "correct": int(right)})
-        else:
-            top.append({"question_id": sq.question.question_id,
-                        "unanswerable": sq.unanswerable, "gold": sorted(gold), "top": None,
-                        "confidence": 0.0, "correct": 0})
+                        "candidates": [c["id"] for c in resp.candidates]})
+        conf.append(np.asarray([float(c["confidence"]) for c in resp.candidates]))
         if on_question is not None:
             on_question(n)
     if cutoff is None:
@@ -771,22 +793,71 @@ def measure(engine: Engine, path: str | Path, *, cutoff: float | None = None, bi
                               f"different cut-offs {sorted(cuts)}; measure each shape apart")
         cutoff = cuts.pop()
     return {"dataset": {"name": Path(path).name, "sha256": sha256_file(path), "format": fmt},
-            **selective_measurement(top, fmt, cutoff, bins=bins, resamples=resamples,
-                                    seed=seed, max_questions=max_questions),
+            **measure_orders(records, conf, fmt, cutoff, engine.settings.result_order,
+                             bins=bins, resamples=resamples, seed=seed,
+                             max_questions=max_questions),
             "wall_seconds": round(time.time() - t0, 2)}
+
+
+def order_comparison(records: Sequence[dict[str, Any]],
+                     tops: Mapping[str, Sequence[dict[str, Any]]], cutoff: float
+                     ) -> dict[str, Any]:
+    """The two orders side by side on the same questions (issue 45): per order, how many
+    answerable questions have a right top result (all of them, and those whose top result
+    passes ``cutoff``), and the pipeline's recall_any@1 (:func:`engram_eval.scoring.metrics.
+    recall_any` of the candidates in the pipeline's order, the package's one definition)
+    over the same questions: under the pipeline's order the accepted top-1 equals it."""
+    from engram_eval.scoring.metrics import recall_any
+
+    ans = [i for i, r in enumerate(records) if not r["unanswerable"] and r["candidates"]]
+    r1 = {i: recall_any(records[i]["gold"], records[i]["candidates"], 1) for i in ans}
+    out: dict[str, Any] = {"answerable_with_candidates": len(ans),
+                           "pipeline_recall_any_at_1": (sum(r1.values()) / len(ans)
+                                                        if ans else None)}
+    for order, top in tops.items():
+        acc = [i for i in ans if top[i]["confidence"] >= cutoff]
+        out[order] = {"top_right": sum(top[i]["correct"] for i in ans),
+                      "accepted": len(acc),
+                      "accepted_top_right": sum(top[i]["correct"] for i in acc),
+                      "pipeline_recall_any_at_1_on_accepted": (
+                          sum(r1[i] for i in acc) / len(acc) if acc else None)}
+    a, b = ORDERS
+    out["questions_whose_top_differs"] = sum(
+        1 for x, y in zip(tops[a], tops[b], strict=True) if x["top"] != y["top"])
+    return out
+
+
+def measure_orders(records: Sequence[dict[str, Any]], conf: Sequence[np.ndarray], fmt: str,
+                   cutoff: float, order: str, *, bins: int, resamples: int, seed: int,
+                   max_questions: int | None) -> dict[str, Any]:
+    """:func:`selective_measurement` of the top results under ``order`` (the gate's
+    ``result_order``: what the measurement keeps), with both orders' summaries, figures at
+    ``cutoff`` and intervals under ``orders`` and :func:`order_comparison`, so the change of
+    order is visible in one release."""
+    tops = {o: _top(list(records), list(conf), o) for o in ORDERS}
+    for top in tops.values():
+        for t, r in zip(top, records, strict=True):
+            t["gold"] = r["gold"]
+    docs = {o: selective_measurement(tops[o], fmt, cutoff, bins=bins, resamples=resamples,
+                                     seed=seed, max_questions=max_questions) for o in ORDERS}
+    return {**docs[order], "result_order": order,
+            "orders": {o: {k: d[k] for k in ("summary", "at_cutoff", "intervals")}
+                       for o, d in docs.items()},
+            "order_comparison": order_comparison(records, tops, cutoff)}
 
 
 def measure_runs(cal: ShapeCalibration, run_paths: Sequence[str | Path], path: str | Path, *,
                  cutoff: float | None = None, cutoff_rule: str = "calibrated",
                  candidates: int | None = None, bins: int = 15, resamples: int = 2000,
-                 seed: int = 0) -> dict[str, Any]:
+                 seed: int = 0, order: str = "confidence") -> dict[str, Any]:
     """A version-4 calibration over finished runs of ``path`` (one part; held-out parts are
     the caller's to guard): each question's candidates and features as the runs traced them
     (:func:`extract_runs`, computed from the traces for runs made before the pipeline traced
     features), the model of the part's memory shape, then the selective-retrieval metrics of
     :func:`measure`. ``candidates``: at most that many per question, best ranked first (the
     depth the model was fitted at). ``cutoff``: None = the model's recorded one under
-    ``cutoff_rule`` 'calibrated' (else ConfigError: a fixed cut-off must be given)."""
+    ``cutoff_rule`` 'calibrated' (else ConfigError: a fixed cut-off must be given).
+    ``order``: the top result kept (:func:`measure_orders`; both orders are reported)."""
     from engram_eval.data.datasets import resolve_format
 
     t0 = time.time()
@@ -804,15 +875,12 @@ def measure_runs(cal: ShapeCalibration, run_paths: Sequence[str | Path], path: s
         cutoff = model.cutoff
     conf = [model.confidences(np.asarray(r["x"], dtype=float)) if len(r["candidates"])
             else np.zeros(0) for r in part.records]
-    top = _top(part.records, conf)
-    for t, r in zip(top, part.records, strict=True):
-        t["gold"] = r["gold"]
     fmt = resolve_format(path, "auto")
     return {"dataset": {"name": Path(path).name, "sha256": part.sha256, "format": fmt},
             "shape": part.shape, "runs": (part.selection or {}).get("runs"),
             "candidates_per_question": candidates,
-            **selective_measurement(top, fmt, cutoff, bins=bins, resamples=resamples,
-                                    seed=seed, max_questions=None),
+            **measure_orders(part.records, conf, fmt, cutoff, order, bins=bins,
+                             resamples=resamples, seed=seed, max_questions=None),
             "wall_seconds": round(time.time() - t0, 2)}
 
 

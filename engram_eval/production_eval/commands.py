@@ -493,7 +493,8 @@ def measure(args: argparse.Namespace, engine: Engine) -> int:
         assert isinstance(cal, ShapeCalibration)
         doc = C.measure_runs(cal, runs, args.dataset, cutoff=cutoff,
                              candidates=engine.settings.candidates, bins=args.bins,
-                             resamples=args.resamples, seed=args.seed)
+                             resamples=args.resamples, seed=args.seed,
+                             order=engine.settings.result_order)
     else:
         doc = C.measure(engine, args.dataset, cutoff=cutoff, bins=args.bins,
                         resamples=args.resamples, seed=args.seed,
@@ -520,8 +521,10 @@ def measure(args: argparse.Namespace, engine: Engine) -> int:
                                 f"{doc['dataset']['sha256'][:12]}…"))
     exclusive_write(out, dump_json(doc))
     s, c = doc["summary"], doc["at_cutoff"]
-    print(json.dumps({"label": label, "n": s["n"], "ece": s["ece"], "brier": s["brier"],
+    print(json.dumps({"label": label, "result_order": doc["result_order"], "n": s["n"],
+                      "ece": s["ece"], "brier": s["brier"],
                       "auroc": s["auroc"], "aurc": s["aurc"], "at_cutoff": c,
+                      "order_comparison": doc["order_comparison"],
                       "intervals": {k: [v["lo"], v["hi"]]
                                     for k, v in doc["intervals"].items()}}, indent=2))
     return 0

@@ -1,0 +1,183 @@
+"""Issue 45: the gate decides whether to answer, the pipeline decides the order.
+
+Production search returns its accepted candidates in the pipeline's order (the first
+candidate's confidence decides answer or abstain; a later candidate under the cut-off is
+dropped); a record made before the field (``result_order``) reads back as 'confidence', the
+order it ran. ``production measure`` reports both orders; under the pipeline's the accepted
+top-1 equals the pipeline's recall_any@1 on the same questions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "fixtures" / "longmemeval_tiny.json"
+
+
+def test_accepted_keeps_the_pipelines_order_and_abstains_on_the_first() -> None:
+    from engram_eval.production.search import accepted
+
+    cands = [7, 3, 5, 1]  # the pipeline's order
+    conf = {7: 0.8, 3: 0.4, 5: 0.95, 1: 0.7}
+    assert accepted(cands, conf, 0.6) == [7, 5, 1]  # 3 dropped, the order kept
+    assert accepted(cands, conf, 0.6, "confidence") == [5, 7, 1]  # most confident first
+    assert accepted(cands, conf, 0.85) == []  # the first is under the cut-off: abstain
+    assert accepted(cands, conf, 0.85, "confidence") == [5]
+    assert accepted(cands, {**conf, 5: 0.8}, 0.6, "confidence") == [7, 5, 1]  # ties: pipeline
+    assert accepted([], {}, 0.0) == []
+    with pytest.raises(ValueError, match="result order"):
+        accepted(cands, conf, 0.6, "best")
+
+
+def test_a_record_without_the_field_reads_back_as_the_order_it_ran() -> None:
+    from engram_eval.production.settings import ProductionSettings, data_file
+
+    assert ProductionSettings().result_order == "pipeline"
+    for name in ("settings_v6.json", "settings_v1.json"):  # v6's fit, the published runs
+        rec = json.loads(data_file(f"engram_eval/production/data/{name}").read_text())
+        assert "result_order" not in rec
+        assert ProductionSettings.from_recorded(rec).result_order == "confidence"
+    published = json.loads((REPO / "results/confidence_v6/holdout.json").read_text())
+    assert "result_order" not in published["settings"]
+    s = ProductionSettings.from_recorded(
+        {k: v for k, v in published["settings"].items() if k != "calibration_sha256"})
+    assert s.result_order == "confidence"
+    # the order cuts what is returned, not the confidences: a calibration applies under both
+    assert "result_order" not in ProductionSettings().retrieval_part()
+    with pytest.raises(Exception, match="result_order"):
+        ProductionSettings(result_order="best")
+
+
+def _run(tmp: Path) -> Path:
+    from engram_eval.runs import runner
+    from engram_eval.runs.config import RunConfig
+
+    out = tmp / "run.jsonl"
+    cfg = RunConfig(use_dense=False, use_dense_rocchio=False, rerank=False, progress=False,
+                    cache_dir=str(tmp / "cache"))
+    runner.run(cfg, DATA, out, echo=lambda m: None)
+    return out
+
+
+def test_measure_reports_both_orders_and_accepted_top1_is_the_runs_recall_at_1(
+        tiny_embedding_model: str, tmp_path: Path) -> None:
+    """production measure DATA --run RUN keeps the settings' order and reports both; under
+    the pipeline's order the accepted top result of every question is the run's first
+    result, so at a cut-off that accepts everything top-1 equals the run's own recall_any@1
+    (the scorer's figure in its summary), and at the calibrated cut-off it equals
+    recall_any@1 over the questions accepted."""
+    from engram_eval.cli.production import main
+    from engram_eval.runs.reader import read_run
+
+    run = _run(tmp_path)
+    cal = tmp_path / "cal.json"
+    common = ["--no-cache", "--no-excerpt-retry", "--embedding-model", tiny_embedding_model]
+    assert main(["calibrate-sessions", "--per-shape", "--feature-set", "v4", "--run",
+                 f"lme={run}", "--run-data", f"lme={DATA}", "--folds", "2", "--min-returned",
+                 "1", "--target-precision", "0.5", "--mapping", "platt", "--output", str(cal),
+                 *common]) == 0
+    base = ["measure", str(DATA), "--run", str(run), "--source-root", str(REPO),
+            "--dataset-label", "tiny", "--calibration", str(cal), "--resamples", "20", *common]
+    docs = {}
+    for name, extra in {"all": ["--cutoff", "fixed", "--min-confidence", "0"],
+                        "cal": [],
+                        "legacy": ["--result-order", "confidence"]}.items():
+        out = tmp_path / f"measure_{name}.json"
+        assert main([*base, *extra, "--output", str(out)]) == 0
+        docs[name] = json.loads(out.read_text())
+    rows = {r["question_id"]: r for r in read_run(run).rows}
+    summary = json.loads(Path(str(run) + ".summary.json").read_text())
+    r1 = summary["protocols"]["answerable"]["metrics"]["recall_any@1"]  # the scorer's
+    every = docs["all"]
+    assert every["result_order"] == "pipeline" and set(every["orders"]) == {
+        "pipeline", "confidence"}
+    for t in every["questions"]:
+        assert t["top"] == rows[t["question_id"]]["ranked_session_ids"][0]
+    cmp_all = every["order_comparison"]
+    ans = cmp_all["answerable_with_candidates"]
+    assert ans == sum(1 for t in every["questions"] if not t["unanswerable"])
+    assert cmp_all["pipeline"]["accepted"] == ans
+    assert cmp_all["pipeline"]["accepted_top_right"] / ans == pytest.approx(
+        cmp_all["pipeline_recall_any_at_1"])
+    assert summary["protocols"]["answerable"]["n"] == ans
+    assert cmp_all["pipeline_recall_any_at_1"] == pytest.approx(r1)
+    cal_doc = docs["cal"]
+    c = cal_doc["order_comparison"]["pipeline"]
+    assert c["accepted"] == sum(1 for t in cal_doc["questions"] if not t["unanswerable"]
+                                and t["confidence"] >= cal_doc["cutoff"])
+    if c["accepted"]:
+        assert c["accepted_top_right"] / c["accepted"] == pytest.approx(
+            c["pipeline_recall_any_at_1_on_accepted"])
+    # the legacy order keeps the most confident; both orders' figures are the same numbers
+    legacy = docs["legacy"]
+    assert legacy["result_order"] == "confidence"
+    assert legacy["orders"] == cal_doc["orders"]
+    for t, p in zip(legacy["questions"], cal_doc["questions"], strict=True):
+        assert t["confidence"] >= p["confidence"]
+    assert legacy["manifest"]["settings"]["result_order"] == "confidence"
+
+
+@pytest.fixture(scope="module")
+def fitted(tiny_embedding_model: str, tmp_path_factory: pytest.TempPathFactory):
+    """A tiny engine and a per-shape calibration fitted on train_short with it."""
+    import dataclasses
+
+    from engram_eval.production.search import Engine
+    from engram_eval.production.settings import ProductionSettings
+    from engram_eval.production_eval import calibrate_real as C
+
+    eng = Engine(ProductionSettings(embedding_model=tiny_embedding_model, excerpt_retry=False,
+                                    candidates=4, rerank=False))
+    short = C.extract_fixture(eng, "s", REPO / "fixtures" / "production" / "train_short.json")
+    doc = C.fit_shapes([short], eng, folds=3, target_precision=0.5, min_returned=1)
+    assert doc["shapes"]["short"]["fit"]["top_result"].startswith("the pipeline's first")
+    path = tmp_path_factory.mktemp("order") / "cal.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return Engine(dataclasses.replace(eng.settings, calibration=str(path)))
+
+
+@pytest.mark.parametrize("order", ["pipeline", "confidence"])
+def test_a_store_returns_the_pipelines_first_or_nothing(fitted, tmp_path: Path,
+                                                        order: str) -> None:
+    """Through a store, on every train_short question and a range of cut-offs: under the
+    pipeline's order the results are the candidates at or above the cut-off in the
+    pipeline's order, and nothing when the first is under it; under 'confidence' the most
+    confident first (what production returned before)."""
+    import dataclasses
+
+    from engram_eval.production.search import Engine
+    from engram_eval.production.store import MemoryStore
+    from engram_eval.production_eval.fixture import load_fixture
+
+    eng = Engine(dataclasses.replace(fitted.settings, result_order=order))
+    view, _ = load_fixture(REPO / "fixtures" / "production" / "train_short.json")
+    seen_drop = seen_abstain = 0
+    for case in view.cases[:4]:
+        path = tmp_path / f"{case.case_id}.sqlite"
+        store = MemoryStore.create(path, eng)
+        store.add(case.memories)
+        store.close()
+        with MemoryStore.open(path, eng) as s:
+            for q in case.queries:
+                for cut in (0.0, 0.3, 0.5, 0.7):
+                    resp = s.search(q.query, now=q.now, min_confidence=cut, limit=10)
+                    conf = [c["confidence"] for c in resp.candidates]
+                    ids = [c["id"] for c in resp.candidates]
+                    assert resp.question["result_order"] == order
+                    passing = [i for i, c in zip(ids, conf, strict=True) if c >= cut]
+                    if order == "pipeline":
+                        want = passing if conf and conf[0] >= cut else []
+                        seen_abstain += bool(passing) and not want
+                        seen_drop += bool(want) and len(want) < len(ids)
+                    else:
+                        by = dict(zip(ids, conf, strict=True))
+                        want = sorted(passing, key=lambda i: (-by[i], ids.index(i)))
+                    assert resp.ids == want
+                    assert [c["id"] for c in resp.candidates if c["accepted"]] == sorted(
+                        want, key=ids.index)
+    if order == "pipeline":  # the fixture exercises both rules
+        assert seen_drop and seen_abstain
