@@ -301,6 +301,16 @@ def add_subcommands(sub: Any) -> None:
     f.add_argument("--shape-target", action="append", default=[], metavar="SHAPE=X",
                    help="with --per-shape: that shape's target precision (others: "
                         "--target-precision)")
+    f.add_argument("--nested-cv", action="store_true",
+                   help="with --per-shape and --report: judge each shape's whole fit (score "
+                        "model, mapping, cut-off) by nested cross-validation -- an outer "
+                        "GroupKFold(--folds) whose folds are scored by the fit on the others "
+                        "-- and report AUROC, ECE, answered precision and unanswerable "
+                        "abstention with bootstrap intervals (the choosing evidence)")
+    f.add_argument("--gate-min-auroc", type=finite_float, default=None,
+                   help="with --nested-cv: a shape whose nested cross-validated AUROC is "
+                        "below this is left ungated (its cut-off recorded as 0: every "
+                        "question answered), the figure that decided it in the file")
     f.add_argument("--output", required=True, type=output_file,
                    help="calibration JSON (the package file)")
     f.add_argument("--settings-output", type=output_file,

@@ -588,6 +588,130 @@ def fit_model(parts: Sequence[PartData], *, features: str = DEFAULT_FEATURE_SET,
                     target_precision, min_returned, order)
 
 
+def apply_fit(m: ModelFit, x: np.ndarray) -> np.ndarray:
+    """The confidences ``m`` gives the rows ``x`` (its score model refitted on all its pairs,
+    then its mapping as recorded: what search applies)."""
+    if not len(x):
+        return np.zeros(0)
+    z = m.score_model.decision_function(np.asarray(x, dtype=float))
+    if m.mapping["method"] == "isotonic":
+        return np.interp(z, np.asarray(m.mapping["isotonic"]["x"]),
+                         np.asarray(m.mapping["isotonic"]["y"]))
+    a, b = m.mapping["platt"]["a"], m.mapping["platt"]["b"]
+    return np.asarray(1.0 / (1.0 + np.exp(-(a * z + b))))
+
+
+def nested_cv(parts: Sequence[PartData], *, features: str = DEFAULT_FEATURE_SET,
+              folds: int = 5, C: float = 1.0, mapping: str = "platt",
+              calibrate_on: str = "top", target_precision: float = 0.9,
+              min_returned: int = 20, order: str = "pipeline", bins: int = 15,
+              resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """The whole fit (:func:`fit_model`: score model, mapping and cut-off, each with its own
+    inner cross-fit) judged on data it never saw: an outer ``GroupKFold(folds)`` over the
+    pooled parts' groups (question, conversation, case); each outer fold's questions get
+    the confidences and the cut-off of the fit on the other folds (inner folds: ``folds``,
+    or fewer when the outer training data has fewer groups). Reported over every question:
+    AUROC, ECE, Brier, AURC of the top result (under ``order``) with bootstrap intervals by
+    group, and what each question's own fold cut-off does (returned, answered precision =
+    returned top results right, answerable answered, unanswerable abstained), in all and per
+    part. This is the estimate a choice between fits reads; the fit itself is
+    :func:`fit_model` on every part."""
+    import dataclasses
+
+    sk = _sklearn()
+    recs = [(pi, qi) for pi, p in enumerate(parts) for qi in range(len(p.records))]
+    groups = np.asarray([f"{parts[pi].label}/{parts[pi].records[qi]['group']}"
+                         for pi, qi in recs])
+    n_groups = len(set(groups.tolist()))
+    if n_groups < folds:
+        raise ConfigError(f"{n_groups} groups in {[p.path for p in parts]}, fewer than "
+                          f"{folds} outer folds")
+    conf: list[np.ndarray | None] = [None] * len(recs)
+    cut_of = np.zeros(len(recs))
+    fold_of = np.zeros(len(recs), dtype=int)
+    fold_docs = []
+    for k, (tr, te) in enumerate(sk.model_selection.GroupKFold(n_splits=folds).split(
+            np.zeros(len(recs)), np.zeros(len(recs)), groups)):
+        keep = {recs[j] for j in tr}
+        train = [dataclasses.replace(p, records=[r for qi, r in enumerate(p.records)
+                                                 if (pi, qi) in keep])
+                 for pi, p in enumerate(parts)]
+        train = [p for p in train if p.records]
+        inner = min(folds, len(set(groups[tr].tolist())))
+        m = fit_model(train, features=features, folds=inner, C=C, mapping=mapping,
+                      calibrate_on=calibrate_on, target_precision=target_precision,
+                      min_returned=min_returned, order=order)
+        for j in te:
+            pi, qi = recs[j]
+            conf[j] = apply_fit(m, parts[pi].records[qi]["x"])
+            cut_of[j] = m.cutoff["value"]
+            fold_of[j] = k
+        fold_docs.append({"fold": k, "test_questions": len(te),
+                          "test_groups": len(set(groups[te].tolist())),
+                          "cutoff": m.cutoff["value"],
+                          "cutoff_met_on_training_folds": m.cutoff["met_on_tuning_parts"]})
+    top = []
+    for j, (pi, qi) in enumerate(recs):
+        c = conf[j]
+        assert c is not None
+        t = _top([parts[pi].records[qi]], [c], order)[0]
+        top.append({**t, "part": parts[pi].label, "cutoff": float(cut_of[j]),
+                    "fold": int(fold_of[j])})
+    cf = np.asarray([t["confidence"] for t in top])
+    y = np.asarray([t["correct"] for t in top])
+    una = np.asarray([t["unanswerable"] for t in top], dtype=bool)
+    ret = cf >= cut_of
+
+    def ratio(num: np.ndarray, den: np.ndarray) -> Callable[[np.ndarray], float | None]:
+        def f(ix: np.ndarray) -> float | None:
+            d = den[ix].sum()
+            return None if d == 0 else float(num[ix].sum() / d)
+        return f
+
+    def figures(ix_all: np.ndarray) -> dict[str, Any]:
+        g = groups[ix_all].tolist()
+
+        def iv(stat: Callable[[np.ndarray], float | None]) -> dict[str, Any]:
+            return S.bootstrap(lambda ix: stat(ix_all[ix]), len(ix_all), resamples=resamples,
+                               seed=seed, groups=g)
+
+        sub = [top[i] for i in ix_all]
+        stats: dict[str, Callable[[np.ndarray], float | None]] = {
+            "auroc": lambda ix: S.auroc(cf[ix], y[ix]),
+            "ece": lambda ix: S.ece(cf[ix], y[ix], bins),
+            "answered_precision": ratio(ret & (y == 1), ret),
+            "answerable_answered_rate": ratio(ret & ~una, ~una),
+            "unanswerable_abstained_rate": ratio(~ret & una, una)}
+        return {"n": len(sub), "answerable": int((~una[ix_all]).sum()),
+                "unanswerable": int(una[ix_all].sum()),
+                "top_right": int(y[ix_all].sum()),
+                **{k: v for k, v in summarise(sub, bins=bins).items() if k != "reliability"},
+                "answered": int(ret[ix_all].sum()),
+                "answered_right": int((ret & (y == 1))[ix_all].sum()),
+                "answered_precision": ratio(ret & (y == 1), ret)(ix_all),
+                "answerable_answered": int((ret & ~una)[ix_all].sum()),
+                "answerable_answered_rate": ratio(ret & ~una, ~una)(ix_all),
+                "unanswerable_abstained": int((~ret & una)[ix_all].sum()),
+                "unanswerable_abstained_rate": ratio(~ret & una, una)(ix_all),
+                "intervals": {k: iv(f) for k, f in stats.items()}}
+
+    every = np.arange(len(top))
+    return {"rule": "outer GroupKFold over the pooled parts' groups; each fold's questions "
+                    "scored by the whole fit (score model, mapping, cut-off, with its inner "
+                    "cross-fit) made on the other folds, judged at that fit's cut-off",
+            "outer_folds": folds, "order": order, "feature_set": features,
+            "target_precision": target_precision, "min_returned": min_returned,
+            "bootstrap": {"resamples": resamples, "seed": seed,
+                          "unit": "group (question, conversation or case)"},
+            "folds": fold_docs, "all": figures(every),
+            "parts": {p.label: figures(np.asarray([j for j, t in enumerate(top)
+                                                   if t["part"] == p.label]))
+                      for p in parts},
+            "questions": [{k: t[k] for k in ("question_id", "part", "fold", "unanswerable",
+                                             "top", "confidence", "correct", "cutoff")}
+                          for t in top]}
+
+
 def _cutoff_doc(m: ModelFit, on: str) -> dict[str, Any]:
     return {"value": m.cutoff["value"], "target": {
         "returned_top_gold_rate_at_least": m.target_precision, "on": on,
@@ -702,6 +826,17 @@ def shape_model_doc(m: ModelFit, shape: str, parts: Sequence[PartData], *,
             "selective_out_of_fold": {p.label: selective_report(
                 m.tops[p.label], float(m.cutoff["value"]), p.fmt, bins=bins)
                 for p in parts}}
+
+
+def ungate(doc: dict[str, Any], shape: str, why: str) -> None:
+    """Leave ``shape`` of a version-4 document ungated (in place): its cut-off recorded as 0,
+    so every question of that shape is answered, with the cut-off the fit chose and ``why``
+    (the figure that decided it) beside it. Its model stays: the confidence is still
+    reported."""
+    m = doc["shapes"][shape]
+    chosen = m["cutoff"]
+    m["cutoff"] = {**chosen, "value": 0.0, "gated": False, "why": why,
+                   "chosen_value": chosen["value"]}
 
 
 def without_curves(doc: dict[str, Any]) -> dict[str, Any]:

@@ -242,6 +242,12 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
                           "features)")
     if run_specs and feature_set != "v4":
         raise ConfigError("--run goes with --feature-set v4 (the features runs trace)")
+    nested = bool(getattr(args, "nested_cv", False))
+    min_auroc = getattr(args, "gate_min_auroc", None)
+    if nested and not (per_shape and args.report):
+        raise ConfigError("--nested-cv goes with --per-shape and --report")
+    if min_auroc is not None and not nested:
+        raise ConfigError("--gate-min-auroc goes with --nested-cv")
     parts = []
     t0 = time.time()
     every = _pairs_of(args.every, "--every", "LABEL=K")
@@ -275,6 +281,20 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
         doc = C.fit_shapes(parts, engine, features=feature_set, folds=args.folds, C=args.C,
                            mapping=args.mapping, calibrate_on=args.calibrate_on,
                            target_precision=target, min_returned=args.min_returned)
+        nested_doc: dict[str, Any] = {}
+        if nested:
+            for sh in sorted(doc["shapes"]):
+                mine = [p for p in parts if p.shape == sh]
+                tp = target[sh] if isinstance(target, dict) else target
+                nested_doc[sh] = C.nested_cv(
+                    mine, features=feature_set, folds=args.folds, C=args.C,
+                    mapping=args.mapping, calibrate_on=args.calibrate_on,
+                    target_precision=tp, min_returned=args.min_returned,
+                    order=engine.settings.result_order)
+                auc = nested_doc[sh]["all"]["auroc"]
+                if min_auroc is not None and (auc is None or auc < min_auroc):
+                    C.ungate(doc, sh, f"nested cross-validated AUROC {auc} < {min_auroc} "
+                                      "(--gate-min-auroc): no gate for this shape")
         oof = {f"{sh}/{k}": v for sh, m in doc["shapes"].items()
                for k, v in m["tuning_parts_out_of_fold"].items()}
         selective = {f"{sh}/{k}": v for sh, m in doc["shapes"].items()
@@ -305,6 +325,8 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
                "settings_file_sha256": (sha256_file(args.settings_output)
                                         if args.settings_output else None),
                "command": sys.argv, "wall_seconds": round(time.time() - t0, 1)}
+        if per_shape and nested:
+            rep["nested_cv"] = nested_doc
         title = ("Calibration v4 per memory shape; cut-offs "
                  + ", ".join(f"{k} {v['value']}" for k, v in cutoffs.items())
                  if per_shape else
@@ -319,7 +341,10 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
                                           "met_on_tuning_parts": v["met_on_tuning_parts"],
                                           "at_cutoff": v["at_cutoff"]}
                                       for k, v in cutoffs.items()},
-                          "tuning_parts_out_of_fold": summary}, indent=2))
+                          "tuning_parts_out_of_fold": summary,
+                          "nested_cv": {sh: {k: v for k, v in n["all"].items()
+                                             if k != "intervals"}
+                                        for sh, n in nested_doc.items()}}, indent=2))
     else:
         print(json.dumps({"cutoff": doc["cutoff"]["value"],
                           "met_on_tuning_parts": doc["cutoff"]["met_on_tuning_parts"],

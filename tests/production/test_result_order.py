@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -181,3 +182,109 @@ def test_a_store_returns_the_pipelines_first_or_nothing(fitted, tmp_path: Path,
                         want, key=ids.index)
     if order == "pipeline":  # the fixture exercises both rules
         assert seen_drop and seen_abstain
+
+
+def _synthetic(label: str, seed: int, n: int = 60, k: int = 4):
+    """n questions of k candidates (feature set v4's width), every 5th unanswerable, gold at
+    the pipeline's first for 2 in 3 answerable questions, gold rows with a higher first
+    feature; groups of 2 questions."""
+    from engram_eval.production.features import feature_set
+    from engram_eval.production_eval.calibrate_real import PartData
+
+    width = len(feature_set("v4").features)
+    rng = np.random.default_rng(seed)
+    records = []
+    for q in range(n):
+        unans = q % 5 == 0
+        x = rng.normal(size=(k, width))
+        gold_at = None if unans else (0 if q % 3 else int(rng.integers(1, k)))
+        if gold_at is not None:
+            x[gold_at, 0] += 1.5
+        ids = [f"m{j}" for j in range(k)]
+        records.append({"question_id": f"{label}-{q}", "group": f"{label}-{q // 2}",
+                        "unanswerable": unans,
+                        "gold": [] if gold_at is None else [ids[gold_at]], "candidates": ids,
+                        "x": x, "y": np.asarray([1.0 if j == gold_at else 0.0
+                                                 for j in range(k)])})
+    return PartData(label, f"{label}.json", "0" * 64, "synthetic", records, None, "chat")
+
+
+def test_nested_cv_scores_each_fold_by_the_fit_on_the_others() -> None:
+    """Each outer fold's questions carry the confidences and the cut-off of fit_model on the
+    other folds (recomputed here for one fold), the top result is the pipeline's first, no
+    group is split across folds, and the figures at the cut-offs are the counts."""
+    import dataclasses
+
+    from engram_eval.production_eval import calibrate_real as C
+
+    parts = [_synthetic("a", 1), _synthetic("b", 2, n=40)]
+    kw = {"features": "v4", "folds": 4, "C": 1.0, "mapping": "platt", "calibrate_on": "top",
+          "target_precision": 0.6, "min_returned": 3}
+    doc = C.nested_cv(parts, order="pipeline", resamples=50, **kw)
+    qs = doc["questions"]
+    assert len(qs) == 100 and {q["fold"] for q in qs} == {0, 1, 2, 3}
+    group = {r["question_id"]: f"{p.label}/{r['group']}" for p in parts for r in p.records}
+    folds_of: dict[str, set[int]] = {}
+    for q in qs:
+        folds_of.setdefault(group[q["question_id"]], set()).add(q["fold"])
+    assert all(len(f) == 1 for f in folds_of.values())
+    rec = {r["question_id"]: r for p in parts for r in p.records}
+    assert all(q["top"] == rec[q["question_id"]]["candidates"][0] for q in qs)
+    test0 = {q["question_id"] for q in qs if q["fold"] == 0}
+    train = [dataclasses.replace(p, records=[r for r in p.records
+                                             if r["question_id"] not in test0]) for p in parts]
+    m = C.fit_model(train, order="pipeline", **kw)
+    for q in qs:
+        if q["fold"] == 0:
+            want = C.apply_fit(m, rec[q["question_id"]]["x"])[0]
+            assert q["confidence"] == pytest.approx(want, abs=1e-12)
+            assert q["cutoff"] == m.cutoff["value"]
+    a = doc["all"]
+    answered = [q for q in qs if q["confidence"] >= q["cutoff"]]
+    assert a["answered"] == len(answered)
+    assert a["answered_right"] == sum(q["correct"] for q in answered)
+    assert a["unanswerable_abstained"] == sum(1 for q in qs if q["unanswerable"]
+                                              and q["confidence"] < q["cutoff"])
+    assert doc["parts"]["b"]["n"] == 40 and a["intervals"]["auroc"]["lo"] <= a["auroc"]
+    # the order before issue 45 keeps the most confident candidate
+    old = C.nested_cv(parts, order="confidence", resamples=10, **kw)
+    assert any(q["top"] != rec[q["question_id"]]["candidates"][0] for q in old["questions"])
+
+
+def test_ungate_records_the_figure_and_the_cutoff_the_fit_chose() -> None:
+    from engram_eval.production_eval import calibrate_real as C
+
+    doc = {"shapes": {"people": {"cutoff": {"value": 0.72, "met_on_tuning_parts": False}}}}
+    C.ungate(doc, "people", "nested cross-validated AUROC 0.6 < 0.7")
+    c = doc["shapes"]["people"]["cutoff"]
+    assert (c["value"], c["gated"], c["chosen_value"]) == (0.0, False, 0.72)
+    assert "0.6 < 0.7" in c["why"]
+
+
+def test_calibrate_sessions_nested_cv_and_the_ungated_shape(tiny_embedding_model: str,
+                                                            tmp_path: Path) -> None:
+    """calibrate-sessions --nested-cv reports each shape's nested cross-validation; with
+    --gate-min-auroc above it, the shape's recorded cut-off is 0 (every question answered),
+    and the package reads that cut-off."""
+    from engram_eval.cli.production import main
+    from engram_eval.production.confidence import load_calibration
+
+    run = _run(tmp_path)
+    common = ["calibrate-sessions", "--per-shape", "--feature-set", "v4", "--run",
+              f"lme={run}", "--run-data", f"lme={DATA}", "--folds", "2", "--min-returned",
+              "1", "--target-precision", "0.5", "--mapping", "platt", "--no-cache",
+              "--no-excerpt-retry", "--embedding-model", tiny_embedding_model, "--nested-cv"]
+    assert main([*common, "--output", str(tmp_path / "a.json"),
+                 "--report", str(tmp_path / "a.report.json")]) == 0
+    rep = json.loads((tmp_path / "a.report.json").read_text())
+    n = rep["nested_cv"]["chat"]
+    assert n["order"] == "pipeline" and n["all"]["n"] == len(n["questions"])
+    assert load_calibration(tmp_path / "a.json").for_shape("chat").cutoff == rep[
+        "shapes"]["chat"]["cutoff"]["value"]
+    assert main([*common, "--gate-min-auroc", "1.01", "--output", str(tmp_path / "b.json"),
+                 "--report", str(tmp_path / "b.report.json")]) == 0
+    b = json.loads((tmp_path / "b.json").read_text())["shapes"]["chat"]["cutoff"]
+    assert b["value"] == 0.0 and b["gated"] is False and "1.01" in b["why"]
+    assert load_calibration(tmp_path / "b.json").for_shape("chat").cutoff == 0.0
+    assert main([*common[:-1], "--gate-min-auroc", "0.7", "--output",
+                 str(tmp_path / "c.json")]) == 2  # --gate-min-auroc needs --nested-cv
