@@ -707,9 +707,10 @@ def nested_cv(parts: Sequence[PartData], *, features: str = DEFAULT_FEATURE_SET,
             "parts": {p.label: figures(np.asarray([j for j, t in enumerate(top)
                                                    if t["part"] == p.label]))
                       for p in parts},
-            "questions": [{k: t[k] for k in ("question_id", "part", "fold", "unanswerable",
-                                             "top", "confidence", "correct", "cutoff")}
-                          for t in top]}
+            "questions": [{**{k: t[k] for k in ("question_id", "part", "fold",
+                                                "unanswerable", "top", "confidence",
+                                                "correct", "cutoff")},
+                           "group": str(groups[j])} for j, t in enumerate(top)]}
 
 
 def _cutoff_doc(m: ModelFit, on: str) -> dict[str, Any]:
@@ -826,6 +827,49 @@ def shape_model_doc(m: ModelFit, shape: str, parts: Sequence[PartData], *,
             "selective_out_of_fold": {p.label: selective_report(
                 m.tops[p.label], float(m.cutoff["value"]), p.fmt, bins=bins)
                 for p in parts}}
+
+
+def compare_nested(candidates: Mapping[str, Mapping[str, Any]], *, resamples: int = 2000,
+                   seed: int = 0) -> dict[str, Any]:
+    """A choice between fits of one shape by their nested cross-validation
+    (:func:`nested_cv` documents, the same questions): each candidate's AUROC and ECE, and
+    the paired bootstrap interval (questions' groups resampled together, the same draws for
+    every candidate) of its AUROC minus the first candidate's. The candidate with the
+    highest nested AUROC is chosen (ties: the first listed)."""
+    names = list(candidates)
+    if not names:
+        raise ConfigError("no candidate to compare")
+    qs = {n: candidates[n]["questions"] for n in names}
+    ids = [q["question_id"] for q in qs[names[0]]]
+    for n in names[1:]:
+        if [q["question_id"] for q in qs[n]] != ids:
+            raise ConfigError(f"candidate {n!r} was judged on other questions than "
+                              f"{names[0]!r}")
+    gr = [q["group"] for q in qs[names[0]]]  # a conversation's questions drawn together
+    cf = {n: np.asarray([q["confidence"] for q in qs[n]]) for n in names}
+    y = {n: np.asarray([q["correct"] for q in qs[n]]) for n in names}
+    base = names[0]
+    out: dict[str, Any] = {"rule": "highest nested cross-validated AUROC (ties: the first "
+                                   "listed); paired bootstrap intervals against the first",
+                           "baseline": base, "candidates": {}}
+    for n in names:
+        row = {"auroc": S.auroc(cf[n].tolist(), y[n].tolist()),
+               "ece": S.ece(cf[n].tolist(), y[n].tolist()),
+               "answered_precision": candidates[n]["all"]["answered_precision"],
+               "unanswerable_abstained_rate":
+                   candidates[n]["all"]["unanswerable_abstained_rate"]}
+        if n != base:
+            def diff(ix: np.ndarray, n: str = n) -> float | None:
+                a, b = S.auroc(cf[n][ix], y[n][ix]), S.auroc(cf[base][ix], y[base][ix])
+                return None if a is None or b is None else a - b
+            row["auroc_minus_baseline"] = diff(np.arange(len(ids)))
+            row["interval"] = S.bootstrap(diff, len(ids), resamples=resamples, seed=seed,
+                                          groups=gr)
+        out["candidates"][n] = row
+    best = max(names, key=lambda n: (out["candidates"][n]["auroc"] or -1.0,
+                                     -names.index(n)))
+    out["chosen"] = best
+    return out
 
 
 def ungate(doc: dict[str, Any], shape: str, why: str) -> None:

@@ -288,3 +288,39 @@ def test_calibrate_sessions_nested_cv_and_the_ungated_shape(tiny_embedding_model
     assert load_calibration(tmp_path / "b.json").for_shape("chat").cutoff == 0.0
     assert main([*common[:-1], "--gate-min-auroc", "0.7", "--output",
                  str(tmp_path / "c.json")]) == 2  # --gate-min-auroc needs --nested-cv
+
+
+def test_compare_nested_pairs_the_candidates_and_takes_the_highest_auroc(tmp_path: Path
+                                                                         ) -> None:
+    import subprocess
+    import sys
+
+    from engram_eval.production_eval import calibrate_real as C
+    from engram_eval.scoring import selective as S
+
+    parts = [_synthetic("a", 3)]
+    kw = {"features": "v4", "folds": 3, "mapping": "platt", "calibrate_on": "top",
+          "target_precision": 0.6, "min_returned": 3, "resamples": 20}
+    docs = {"c1": C.nested_cv(parts, C=1.0, **kw), "c001": C.nested_cv(parts, C=0.001, **kw)}
+    got = C.compare_nested(docs, resamples=50)
+    auc = {n: S.auroc([q["confidence"] for q in d["questions"]],
+                      [q["correct"] for q in d["questions"]]) for n, d in docs.items()}
+    assert {n: r["auroc"] for n, r in got["candidates"].items()} == auc
+    assert got["chosen"] == max(auc, key=lambda n: (auc[n], n == "c1"))
+    row = got["candidates"]["c001"]
+    assert row["auroc_minus_baseline"] == pytest.approx(auc["c001"] - auc["c1"])
+    assert row["interval"]["resamples"] == 50 and "interval" not in got["candidates"]["c1"]
+    other = C.nested_cv([_synthetic("a", 3, n=40)], C=1.0, **kw)
+    with pytest.raises(Exception, match="other questions"):
+        C.compare_nested({"c1": docs["c1"], "x": other})
+    # the script over two reports
+    for n, d in docs.items():
+        (tmp_path / f"{n}.json").write_text(json.dumps({"nested_cv": {"chat": d}}))
+    out = tmp_path / "choice.json"
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "choose_gate.py"),
+                        "--candidate", f"c1={tmp_path / 'c1.json'}",
+                        "--candidate", f"c001={tmp_path / 'c001.json'}",
+                        "--resamples", "50", "--output", str(out)],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(out.read_text())["shapes"]["chat"] == json.loads(json.dumps(got))
