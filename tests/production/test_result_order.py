@@ -281,12 +281,14 @@ def test_calibrate_sessions_nested_cv_and_the_ungated_shape(tiny_embedding_model
     assert n["order"] == "pipeline" and n["all"]["n"] == len(n["questions"])
     assert load_calibration(tmp_path / "a.json").for_shape("chat").cutoff == rep[
         "shapes"]["chat"]["cutoff"]["value"]
-    assert main([*common, "--gate-min-auroc", "1.01", "--output", str(tmp_path / "b.json"),
+    assert main([*common, "--gate-min-auroc", "chat=1.01", "--output", str(tmp_path / "b.json"),
                  "--report", str(tmp_path / "b.report.json")]) == 0
     b = json.loads((tmp_path / "b.json").read_text())["shapes"]["chat"]["cutoff"]
     assert b["value"] == 0.0 and b["gated"] is False and "1.01" in b["why"]
     assert load_calibration(tmp_path / "b.json").for_shape("chat").cutoff == 0.0
-    assert main([*common[:-1], "--gate-min-auroc", "0.7", "--output",
+    assert main([*common, "--gate-min-auroc", "people=0.7", "--output",
+                 str(tmp_path / "d.json"), "--report", str(tmp_path / "d.report.json")]) == 2
+    assert main([*common[:-1], "--gate-min-auroc", "chat=0.7", "--output",
                  str(tmp_path / "c.json")]) == 2  # --gate-min-auroc needs --nested-cv
 
 
