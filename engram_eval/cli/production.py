@@ -307,10 +307,6 @@ def add_subcommands(sub: Any) -> None:
                         "GroupKFold(--folds) whose folds are scored by the fit on the others "
                         "-- and report AUROC, ECE, answered precision and unanswerable "
                         "abstention with bootstrap intervals (the choosing evidence)")
-    f.add_argument("--gate-min-auroc", action="append", default=[], metavar="SHAPE=X",
-                   help="with --nested-cv: if that shape's nested cross-validated AUROC is "
-                        "below X, it is left ungated (its cut-off recorded as 0: every "
-                        "question answered), the figure that decided it in the file")
     f.add_argument("--output", required=True, type=output_file,
                    help="calibration JSON (the package file)")
     f.add_argument("--settings-output", type=output_file,

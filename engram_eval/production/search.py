@@ -173,7 +173,7 @@ class Engine:
 
     def cutoff_for(self, shape: str) -> float:
         """The gate's cut-off for memories of ``shape`` (:func:`gate_cutoff`)."""
-        return gate_cutoff(self.settings, self.model_for(shape))
+        return gate_cutoff(self.settings, self.model_for(shape), shape)
 
     def encoder(self) -> Any:
         return self.holder.encoder()
@@ -278,13 +278,17 @@ def memory_signals(engine: Engine, query: str, now: str, memories: Sequence[Memo
 
 
 def gate_cutoff(settings: ProductionSettings,
-                model: Calibration | ContextCalibration | None) -> float:
+                model: Calibration | ContextCalibration | None,
+                shape: str | None = None) -> float:
     """The gate's cut-off: under ``cutoff`` 'calibrated', the one ``model`` (the calibration
     model the gate applies, :meth:`Engine.model_for`: a version-3 file, or a per-shape file's
     model of the memory shape, with or without a rerank) records, chosen on its training
     data; ``min_confidence`` under 'fixed', with no model (a rerank with a calibration of
     versions 1-3: the cross-encoder's sigmoid), or for a model that records none (versions
-    1-2)."""
+    1-2). For memories of the ``people`` shape without ``people_gate``: 0 (no gate: every
+    question answered)."""
+    if shape == "people" and not settings.people_gate:
+        return 0.0
     recorded = getattr(model, "cutoff", None)
     if settings.cutoff == "calibrated" and recorded is not None:
         return float(recorded)
@@ -331,7 +335,7 @@ def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[
     if engine.applies_calibration() and isinstance(engine.calibration(), ShapeCalibration):
         shape_used = shape if shape is not None else corpus_shape(memory_sessions(memories))
     cal = engine.model_for(shape_used or "short")
-    cut = gate_cutoff(s, cal) if min_confidence is None else min_confidence
+    cut = gate_cutoff(s, cal, shape_used) if min_confidence is None else min_confidence
 
     scored: dict[tuple[str, str], float] = dict(sig.get("cross_pairs") or {})
 

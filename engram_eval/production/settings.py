@@ -77,9 +77,9 @@ def data_file(path: str | Path) -> Path:
 #: Gate fields (not retrieval settings). The excerpt retry changes confidences, so a
 #: calibration depends on it; the others only cut what is returned.
 GATE_FIELDS = ("candidates", "excerpt_retry", "excerpt_max_words", "rerank_confidence", "limit",
-               "min_confidence", "cutoff", "calibration", "result_order")
+               "min_confidence", "cutoff", "calibration", "result_order", "people_gate")
 _NOT_CALIBRATED = ("candidates", "limit", "min_confidence", "cutoff", "calibration",
-                   "result_order")
+                   "result_order", "people_gate")
 
 #: A field a record predates -> the value that reproduces what it was made with, never a later
 #: default (:meth:`ProductionSettings.from_recorded`): the gate's fixed cut-off and the
@@ -88,7 +88,7 @@ _NOT_CALIBRATED = ("candidates", "limit", "min_confidence", "cutoff", "calibrati
 #: then (the first stage before PROVENANCE.md section 14, no rerank, the people overrides of
 #: calibrations v2-v4; records lacking them: the published runs, calibrations v1-v3).
 RECORD_LEGACY: dict[str, Any] = {
-    "result_order": "confidence", "cutoff": "fixed", "rerank_confidence": "sigmoid", "rerank_prior": "rank",
+    "result_order": "confidence", "people_gate": True, "cutoff": "fixed", "rerank_confidence": "sigmoid", "rerank_prior": "rank",
     "dense_turn_top_m": 1, "use_dense_rocchio": False, "use_bm25_prf": False,
     "lexical_stemmer": "none", "lexical_stopwords": "none", "normalisation": "minmax",
     "weight_bm25_user": 0.3, "weight_bm25_turn": 0.3, "weight_bm25_prf": 0.0,
@@ -157,6 +157,15 @@ class ProductionSettings(RetrievalSettings):
         "order); 'confidence' = the candidates at or above the cut-off, most confident "
         "first (what production did before issue 45; a record without this field was made "
         "so)", group=GATE_GROUP, choices=("pipeline", "confidence"))
+
+    people_gate: bool = _f(
+        False, "gate people's chats (memories of the 'people' shape) at their model's "
+        "cut-off; off (the default since issue 45) = no gate for people's chats: the "
+        "confidence is still given, every question is answered (cut-off 0), because no "
+        "people model has separated right from wrong top results (held out: AUROC 0.594 "
+        "under calibrations v5 and v6, PROVENANCE.md sections 19 and 21; the figure of "
+        "section 25 under the people pipeline); a record without this field gated them",
+        group=GATE_GROUP)
 
     def to_json(self) -> dict[str, Any]:
         """Every field but the runtime ones (batch size, cache)."""

@@ -872,17 +872,6 @@ def compare_nested(candidates: Mapping[str, Mapping[str, Any]], *, resamples: in
     return out
 
 
-def ungate(doc: dict[str, Any], shape: str, why: str) -> None:
-    """Leave ``shape`` of a version-4 document ungated (in place): its cut-off recorded as 0,
-    so every question of that shape is answered, with the cut-off the fit chose and ``why``
-    (the figure that decided it) beside it. Its model stays: the confidence is still
-    reported."""
-    m = doc["shapes"][shape]
-    chosen = m["cutoff"]
-    m["cutoff"] = {**chosen, "value": 0.0, "gated": False, "why": why,
-                   "chosen_value": chosen["value"]}
-
-
 def without_curves(doc: dict[str, Any]) -> dict[str, Any]:
     """A version-4 document without the risk-coverage curves of its selective reports (one
     point per question: they belong in the report, not in the package's calibration file)."""

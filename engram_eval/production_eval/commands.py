@@ -243,17 +243,8 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
     if run_specs and feature_set != "v4":
         raise ConfigError("--run goes with --feature-set v4 (the features runs trace)")
     nested = bool(getattr(args, "nested_cv", False))
-    min_auroc: dict[str, float] = {}
-    for k, v in _pairs_of(getattr(args, "gate_min_auroc", None) or [], "--gate-min-auroc",
-                          "SHAPE=X").items():
-        try:
-            min_auroc[k] = float(v)
-        except ValueError:
-            raise ConfigError(f"--gate-min-auroc {k}={v}: X must be a number") from None
     if nested and not (per_shape and args.report):
         raise ConfigError("--nested-cv goes with --per-shape and --report")
-    if min_auroc and not nested:
-        raise ConfigError("--gate-min-auroc goes with --nested-cv")
     parts = []
     t0 = time.time()
     every = _pairs_of(args.every, "--every", "LABEL=K")
@@ -297,13 +288,6 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
                     mapping=args.mapping, calibrate_on=args.calibrate_on,
                     target_precision=tp, min_returned=args.min_returned,
                     order=engine.settings.result_order)
-                auc, floor = nested_doc[sh]["all"]["auroc"], min_auroc.get(sh)
-                if floor is not None and (auc is None or auc < floor):
-                    C.ungate(doc, sh, f"nested cross-validated AUROC {auc} < {floor} "
-                                      "(--gate-min-auroc): no gate for this shape")
-            unknown = sorted(set(min_auroc) - set(doc["shapes"]))
-            if unknown:
-                raise ConfigError(f"--gate-min-auroc names shape(s) {unknown} not fitted")
         oof = {f"{sh}/{k}": v for sh, m in doc["shapes"].items()
                for k, v in m["tuning_parts_out_of_fold"].items()}
         selective = {f"{sh}/{k}": v for sh, m in doc["shapes"].items()

@@ -251,21 +251,28 @@ def test_nested_cv_scores_each_fold_by_the_fit_on_the_others() -> None:
     assert any(q["top"] != rec[q["question_id"]]["candidates"][0] for q in old["questions"])
 
 
-def test_ungate_records_the_figure_and_the_cutoff_the_fit_chose() -> None:
-    from engram_eval.production_eval import calibrate_real as C
+def test_people_chats_are_not_gated_by_default() -> None:
+    """people_gate off (the default): memories of the people shape get cut-off 0, whatever
+    the model records; on (and in every record made before the field) the model's."""
+    from types import SimpleNamespace
 
-    doc = {"shapes": {"people": {"cutoff": {"value": 0.72, "met_on_tuning_parts": False}}}}
-    C.ungate(doc, "people", "nested cross-validated AUROC 0.6 < 0.7")
-    c = doc["shapes"]["people"]["cutoff"]
-    assert (c["value"], c["gated"], c["chosen_value"]) == (0.0, False, 0.72)
-    assert "0.6 < 0.7" in c["why"]
+    from engram_eval.production.search import gate_cutoff
+    from engram_eval.production.settings import ProductionSettings
+
+    model = SimpleNamespace(cutoff=0.72)
+    s = ProductionSettings()
+    assert not s.people_gate and "people_gate" not in s.retrieval_part()
+    assert gate_cutoff(s, model, "people") == 0.0  # type: ignore[arg-type]
+    assert gate_cutoff(s, model, "chat") == 0.72  # type: ignore[arg-type]
+    assert gate_cutoff(s.replace(people_gate=True), model, "people") == 0.72  # type: ignore[arg-type]
+    rec = {k: v for k, v in s.to_json().items() if k != "people_gate"}
+    assert ProductionSettings.from_recorded(rec).people_gate is True
 
 
-def test_calibrate_sessions_nested_cv_and_the_ungated_shape(tiny_embedding_model: str,
-                                                            tmp_path: Path) -> None:
-    """calibrate-sessions --nested-cv reports each shape's nested cross-validation; with
-    --gate-min-auroc above it, the shape's recorded cut-off is 0 (every question answered),
-    and the package reads that cut-off."""
+def test_calibrate_sessions_reports_the_nested_cross_validation(tiny_embedding_model: str,
+                                                               tmp_path: Path) -> None:
+    """calibrate-sessions --nested-cv reports each shape's nested cross-validation beside the
+    fit (which it leaves as it is); without --report it is refused."""
     from engram_eval.cli.production import main
     from engram_eval.production.confidence import load_calibration
 
@@ -273,23 +280,19 @@ def test_calibrate_sessions_nested_cv_and_the_ungated_shape(tiny_embedding_model
     common = ["calibrate-sessions", "--per-shape", "--feature-set", "v4", "--run",
               f"lme={run}", "--run-data", f"lme={DATA}", "--folds", "2", "--min-returned",
               "1", "--target-precision", "0.5", "--mapping", "platt", "--no-cache",
-              "--no-excerpt-retry", "--embedding-model", tiny_embedding_model, "--nested-cv"]
-    assert main([*common, "--output", str(tmp_path / "a.json"),
+              "--no-excerpt-retry", "--embedding-model", tiny_embedding_model]
+    assert main([*common, "--nested-cv", "--output", str(tmp_path / "a.json"),
                  "--report", str(tmp_path / "a.report.json")]) == 0
     rep = json.loads((tmp_path / "a.report.json").read_text())
     n = rep["nested_cv"]["chat"]
     assert n["order"] == "pipeline" and n["all"]["n"] == len(n["questions"])
+    assert n["outer_folds"] == 2 and len(n["folds"]) == 2
     assert load_calibration(tmp_path / "a.json").for_shape("chat").cutoff == rep[
         "shapes"]["chat"]["cutoff"]["value"]
-    assert main([*common, "--gate-min-auroc", "chat=1.01", "--output", str(tmp_path / "b.json"),
-                 "--report", str(tmp_path / "b.report.json")]) == 0
-    b = json.loads((tmp_path / "b.json").read_text())["shapes"]["chat"]["cutoff"]
-    assert b["value"] == 0.0 and b["gated"] is False and "1.01" in b["why"]
-    assert load_calibration(tmp_path / "b.json").for_shape("chat").cutoff == 0.0
-    assert main([*common, "--gate-min-auroc", "people=0.7", "--output",
-                 str(tmp_path / "d.json"), "--report", str(tmp_path / "d.report.json")]) == 2
-    assert main([*common[:-1], "--gate-min-auroc", "chat=0.7", "--output",
-                 str(tmp_path / "c.json")]) == 2  # --gate-min-auroc needs --nested-cv
+    assert main([*common, "--output", str(tmp_path / "b.json")]) == 0
+    assert (tmp_path / "b.json").read_text() == (tmp_path / "a.json").read_text()
+    assert main([*common, "--nested-cv", "--output", str(tmp_path / "c.json")]) == 2
+    assert not (tmp_path / "c.json").exists()
 
 
 def test_compare_nested_pairs_the_candidates_and_takes_the_highest_auroc(tmp_path: Path
