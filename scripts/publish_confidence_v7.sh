@@ -28,7 +28,7 @@
 #      and C 0.1 -> OUT/cand_c{1,0.1}.{json,report.json,report.png};
 #   6. per shape, the highest nested cross-validated AUROC (ties: C 1), paired intervals ->
 #      OUT/gate_choice.json.
-# fit   the choice, per shape, refitted once with --gate-min-auroc people=0.70 (people's
+# fit   the choice, per shape, refitted once with (people's
 #       chats get no gate unless their nested AUROC reaches 0.70) -> CAL, SETTINGS,
 #       OUT/calibration_v7.report.{json,png}.
 # measure  after the default is switched to CAL (its own commit): every manifest frozen
@@ -129,9 +129,9 @@ fi
 
 if [ "$PHASE" = fit ]; then
   c=$("$PY" -c "import json,sys; ch={s: v['chosen'] for s, v in json.load(open(sys.argv[1]))['shapes'].items()}; assert len(set(ch.values())) == 1, ch; print(next(iter(ch.values()))[1:])" "$OUT/gate_choice.json")
-  echo "== the chosen fit (C $c), people's chats gated only at nested AUROC >= 0.70"
+  echo "== the chosen fit (C $c)"
   "$E" production calibrate-sessions "${FIT[@]}" --C "$c" "${chat[@]}" "${people[@]}" \
-    --fixture train_short=fixtures/production/train_short.json --gate-min-auroc people=0.70 \
+    --fixture train_short=fixtures/production/train_short.json \
     --output "$CAL" --settings-output "$SETTINGS" --report "$OUT/calibration_v7.report.json"
   "$PY" scripts/derived_sidecars.py "$OUT"
   exit 0
