@@ -286,6 +286,21 @@ FILE_GENERATORS: dict[str, str] = {
     # (scripts/publish_confidence_v6.sh)
     "calibration_v6.report.json": "engram_eval/production_eval/commands.py",
     "calibration_v6.report.png": "engram_eval/production_eval/commands.py",
+    # results/confidence_v7 (scripts/publish_confidence_v7.sh, issue 45): both orders under
+    # calibration v6, the candidates judged by nested cross-validation, the choice, the fit
+    "order_lme_tune_v6.json": "engram_eval/production_eval/commands.py",
+    "order_lme_tune_v6.png": "engram_eval/production_eval/commands.py",
+    "order_locomo_tune_v6.json": "engram_eval/production_eval/commands.py",
+    "order_locomo_tune_v6.png": "engram_eval/production_eval/commands.py",
+    "cand_c1.json": "engram_eval/production_eval/commands.py",
+    "cand_c1.report.json": "engram_eval/production_eval/commands.py",
+    "cand_c1.report.png": "engram_eval/production_eval/commands.py",
+    "cand_c0.1.json": "engram_eval/production_eval/commands.py",
+    "cand_c0.1.report.json": "engram_eval/production_eval/commands.py",
+    "cand_c0.1.report.png": "engram_eval/production_eval/commands.py",
+    "gate_choice.json": "scripts/choose_gate.py",
+    "calibration_v7.report.json": "engram_eval/production_eval/commands.py",
+    "calibration_v7.report.png": "engram_eval/production_eval/commands.py",
     # its held-out measurement over the runs of section 14 (publish_confidence_v4.sh measure)
     "heldout_lme.json": "engram_eval/production_eval/commands.py",
     "heldout_lme.png": "engram_eval/production_eval/commands.py",
