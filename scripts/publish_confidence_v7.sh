@@ -15,8 +15,9 @@
 #      traced; verified with --rerun 3);
 #   3. the feature study (section 16's machinery, with issue 45's candidates
 #      rerank_prob_first and rerank_margin_first) on the LongMemEval tune part through
-#      section 20's out-of-fold runs of the default chat pipeline (5 candidates) and on the
-#      LoCoMo tune conversations through step 2's run -> OUT/study_{lme,locomo}_tune.{json,png};
+#      section 20's out-of-fold runs of the default chat pipeline (5 candidates) ->
+#      OUT/study_lme_tune.{json,png} (people's chats are not reranked, so the new candidates
+#      are undefined there; section 16 studied the rest on LoCoMo);
 #   4. the change of order made visible on the tune parts: production measure with
 #      calibration v6 (the gate before this section; --settings settings_v6.json) under
 #      result_order pipeline, both orders reported -> OUT/order_{lme,locomo}_tune_v6.json;
@@ -98,9 +99,6 @@ if [ "$PHASE" = choose ]; then
   [ -e "$OUT/study_lme_tune.json" ] || "$E" confidence-study "${CHAT_RUNS[@]}" \
     --dataset "$lme_tune" --candidates 5 --output "$OUT/study_lme_tune.json" \
     --plot "$OUT/study_lme_tune.png" | tail -n 22
-  [ -e "$OUT/study_locomo_tune.json" ] || "$E" confidence-study \
-    "$OUT/locomo_tune_conv_v1.jsonl.gz" --dataset "$loc_tune" --candidates 10 \
-    --output "$OUT/study_locomo_tune.json" --plot "$OUT/study_locomo_tune.png" | tail -n 22
 
   echo "== 4. both orders under calibration v6 on the tune parts"
   [ -e "$OUT/order_lme_tune_v6.json" ] || "$E" production measure "$lme_tune" \
