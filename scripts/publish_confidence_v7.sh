@@ -126,9 +126,9 @@ if [ "$PHASE" = choose ]; then
 fi
 
 if [ "$PHASE" = fit ]; then
-  c=$("$PY" -c "import json,sys; ch={s: v['chosen'] for s, v in json.load(open(sys.argv[1]))['shapes'].items()}; assert len(set(ch.values())) == 1, ch; print(next(iter(ch.values()))[1:])" "$OUT/gate_choice.json")
-  echo "== the chosen fit (C $c)"
-  "$E" production calibrate-sessions "${FIT[@]}" --C "$c" "${chat[@]}" "${people[@]}" \
+  read -r -a shape_c < <("$PY" -c "import json,sys; print(' '.join(f'--shape-C {s}={v[\"chosen\"][1:]}' for s, v in sorted(json.load(open(sys.argv[1]))['shapes'].items())))" "$OUT/gate_choice.json")
+  echo "== the chosen fit: ${shape_c[*]}"
+  "$E" production calibrate-sessions "${FIT[@]}" "${shape_c[@]}" "${chat[@]}" "${people[@]}" \
     --fixture train_short=fixtures/production/train_short.json \
     --output "$CAL" --settings-output "$SETTINGS" --report "$OUT/calibration_v7.report.json"
   "$PY" scripts/derived_sidecars.py "$OUT"

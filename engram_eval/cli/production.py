@@ -317,6 +317,8 @@ def add_subcommands(sub: Any) -> None:
                         "(file order)")
     f.add_argument("--folds", type=count_int, default=5)
     f.add_argument("--C", type=finite_float, default=1.0)
+    f.add_argument("--shape-C", action="append", default=[], metavar="SHAPE=C",
+                   help="with --per-shape: that shape's C (others: --C)")
     f.add_argument("--mapping", choices=("isotonic", "platt"), default="isotonic")
     f.add_argument("--calibrate-on", choices=("top", "pairs"), default="top")
     f.add_argument("--target-precision", type=finite_float, default=0.9)

@@ -885,14 +885,16 @@ def without_curves(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def fit_shapes(parts: Sequence[PartData], engine: Engine, *,
-               features: str = DEFAULT_FEATURE_SET, folds: int = 5, C: float = 1.0,
+               features: str = DEFAULT_FEATURE_SET, folds: int = 5,
+               C: float | Mapping[str, float] = 1.0,
                mapping: str = "platt", calibrate_on: str = "top",
                target_precision: float | Mapping[str, float] = 0.9,
                min_returned: int = 20, bins: int = 15) -> dict[str, Any]:
     """Calibration version 4: :func:`fit_model` once per memory shape, each on the parts
     whose data has that shape (module docstring). ``target_precision``: one target, or one
     per shape (a shape not named takes 0.9). A question's top result is the one the
-    engine's ``result_order`` returns first. Returns the calibration document."""
+    engine's ``result_order`` returns first. ``C``: one regularisation, or one per shape (a
+    shape not named takes 1.0). Returns the calibration document."""
     from engram_eval.data.records import SHAPES
 
     _check_engine(engine)
@@ -908,9 +910,14 @@ def fit_shapes(parts: Sequence[PartData], engine: Engine, *,
     if unknown:
         raise ConfigError(f"target precision for unknown shape(s) {unknown}; shapes: "
                           f"{list(SHAPES)}")
+    cs = dict(C) if isinstance(C, Mapping) else dict.fromkeys(by_shape, float(C))
+    unknown = sorted(set(cs) - set(SHAPES))
+    if unknown:
+        raise ConfigError(f"C for unknown shape(s) {unknown}; shapes: {list(SHAPES)}")
     shapes = {}
     for shape in sorted(by_shape):
-        m = fit_model(by_shape[shape], features=features, folds=folds, C=C, mapping=mapping,
+        m = fit_model(by_shape[shape], features=features, folds=folds,
+                      C=float(cs.get(shape, 1.0)), mapping=mapping,
                       calibrate_on=calibrate_on, target_precision=targets.get(shape, 0.9),
                       min_returned=min_returned, order=engine.settings.result_order)
         shapes[shape] = shape_model_doc(m, shape, by_shape[shape],

@@ -275,7 +275,13 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
             target = {sh.shape: float(args.target_precision) for sh in parts
                       if sh.shape is not None}
             target.update({k: float(v) for k, v in shape_targets.items()})
-        doc = C.fit_shapes(parts, engine, features=feature_set, folds=args.folds, C=args.C,
+        shape_c = {k: _number(v, "--shape-C") for k, v in _pairs_of(
+            getattr(args, "shape_C", None) or [], "--shape-C", "SHAPE=C").items()}
+        cs: float | dict[str, float] = float(args.C)
+        if shape_c:
+            cs = {sh.shape: float(args.C) for sh in parts if sh.shape is not None}
+            cs.update(shape_c)
+        doc = C.fit_shapes(parts, engine, features=feature_set, folds=args.folds, C=cs,
                            mapping=args.mapping, calibrate_on=args.calibrate_on,
                            target_precision=target, min_returned=args.min_returned)
         nested_doc: dict[str, Any] = {}
@@ -284,7 +290,8 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
                 mine = [p for p in parts if p.shape == sh]
                 tp = target[sh] if isinstance(target, dict) else target
                 nested_doc[sh] = C.nested_cv(
-                    mine, features=feature_set, folds=args.folds, C=args.C,
+                    mine, features=feature_set, folds=args.folds,
+                    C=cs[sh] if isinstance(cs, dict) else cs,
                     mapping=args.mapping, calibrate_on=args.calibrate_on,
                     target_precision=tp, min_returned=args.min_returned,
                     order=engine.settings.result_order)
@@ -353,6 +360,18 @@ def _label_path(spec: str, flag: str) -> tuple[str, str]:
     if not label or not path:
         raise ConfigError(f"{flag} {spec}: give LABEL=PATH")
     return label, path
+
+
+def _number(value: str, flag: str) -> float:
+    from engram_eval.errors import ConfigError
+
+    try:
+        x = float(value)
+    except ValueError:
+        raise ConfigError(f"{flag}: {value!r} is not a number") from None
+    if not x > 0 or x == float("inf"):
+        raise ConfigError(f"{flag}: {value!r} must be a positive finite number")
+    return x
 
 
 def _pairs_of(specs: list[str], flag: str, form: str) -> dict[str, str]:

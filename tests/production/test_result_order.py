@@ -291,6 +291,9 @@ def test_calibrate_sessions_reports_the_nested_cross_validation(tiny_embedding_m
         "shapes"]["chat"]["cutoff"]["value"]
     assert main([*common, "--output", str(tmp_path / "b.json")]) == 0
     assert (tmp_path / "b.json").read_text() == (tmp_path / "a.json").read_text()
+    assert main([*common, "--shape-C", "chat=0.1", "--output", str(tmp_path / "e.json")]) == 0
+    assert json.loads((tmp_path / "e.json").read_text())["shapes"]["chat"]["fit"]["C"] == 0.1
+    assert rep["shapes"]["chat"]["fit"]["C"] == 1.0
     assert main([*common, "--nested-cv", "--output", str(tmp_path / "c.json")]) == 2
     assert not (tmp_path / "c.json").exists()
 
