@@ -51,6 +51,7 @@ def add_settings_arguments(p: argparse.ArgumentParser) -> None:
         RECORDED_SETTINGS_V1,
         RECORDED_SETTINGS_V4,
         RECORDED_SETTINGS_V5,
+        RECORDED_SETTINGS_V6,
         ProductionSettings,
     )
     from engram_eval.retrieval.flags import add_field_arguments
@@ -60,8 +61,9 @@ def add_settings_arguments(p: argparse.ArgumentParser) -> None:
                         "production output whose 'settings' it holds) instead of the package "
                         f"defaults; the published runs' settings are {RECORDED_SETTINGS_V1}, "
                         f"calibration v4's {RECORDED_SETTINGS_V4}, calibration v5's "
-                        f"{RECORDED_SETTINGS_V5}. A field the record lacks "
-                        "takes the value production used before it was recorded. The options "
+                        f"{RECORDED_SETTINGS_V5}, calibration v6's {RECORDED_SETTINGS_V6}. A "
+                        "field the record lacks takes the value production used before it "
+                        "was recorded. The options "
                         "below override it.")
     add_field_arguments(p, ProductionSettings, SETTINGS_GROUPS)
 

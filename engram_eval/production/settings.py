@@ -30,12 +30,18 @@ from typing import Any
 from engram_eval.errors import ConfigError
 from engram_eval.retrieval.settings import GATE_GROUP, RetrievalSettings, _f
 
-#: The package default gate: calibration v6, one model per memory shape (file format
-#: version 4; PROVENANCE.md section 21), fitted under the package's default pipeline with its
-#: rerank by engram-ce-minilm-v4 (``settings_v6.json`` records those settings), with the
-#: cut-off each model records (``cutoff`` 'calibrated') and no excerpt retry (it was fitted
-#: without one).
-DEFAULT_CALIBRATION = "engram_eval/production/data/calibration_v6.json"
+#: The package default gate: calibration v7, one model per memory shape (file format
+#: version 4; PROVENANCE.md section 25), fitted under the package's default pipeline with the
+#: pipeline's first result as each question's top result (issue 45: the gate decides whether
+#: to answer, the pipeline the order; ``settings_v7.json`` records those settings), with the
+#: cut-off each model records (``cutoff`` 'calibrated'), no excerpt retry, and people's chats
+#: not gated (``people_gate`` off).
+DEFAULT_CALIBRATION = "engram_eval/production/data/calibration_v7.json"
+#: The settings calibration v6 (the default before v7, PROVENANCE.md section 21) was fitted
+#: and measured under (the same pipeline; its record predates ``result_order`` and
+#: ``people_gate``, so it reads back as most confident first, people's chats gated):
+#: ``--settings`` this file.
+RECORDED_SETTINGS_V6 = "engram_eval/production/data/settings_v6.json"
 #: The settings calibration v5 (the default before v6, PROVENANCE.md section 19) was fitted
 #: under (the same first stage, rerank by engram-ce-minilm-v3): ``--settings`` this file.
 RECORDED_SETTINGS_V5 = "engram_eval/production/data/settings_v5.json"
@@ -144,10 +150,11 @@ class ProductionSettings(RetrievalSettings):
                           "applied when it is per memory shape, version 4 on, else the "
                           "cross-encoder's sigmoid is the confidence); '' = the packaged "
                           "default (DEFAULT_CALIBRATION: "
-                          "engram_eval/production/data/calibration_v6.json, fitted under the "
-                          "package defaults; the former defaults v5, v4 and v2 under "
-                          "--settings engram_eval/production/data/settings_v5.json, "
-                          "settings_v4.json and settings_v2.json)", group=GATE_GROUP)
+                          "engram_eval/production/data/calibration_v7.json, fitted under the "
+                          "package defaults; the former defaults v6, v5, v4 and v2 under "
+                          "--settings engram_eval/production/data/settings_v6.json, "
+                          "settings_v5.json, settings_v4.json and settings_v2.json)",
+                          group=GATE_GROUP)
 
     result_order: str = _f(
         "pipeline", "the order of the accepted results, and which candidate's confidence "

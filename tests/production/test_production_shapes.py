@@ -686,7 +686,7 @@ def test_the_default_gate_is_fitted_under_the_package_defaults() -> None:
     )
     from engram_eval.production.settings import DEFAULT_CALIBRATION, ProductionSettings, data_file
 
-    assert DEFAULT_CALIBRATION.endswith("calibration_v6.json")
+    assert DEFAULT_CALIBRATION.endswith("calibration_v7.json")
     cal = load_calibration(data_file(DEFAULT_CALIBRATION))
     assert isinstance(cal, ShapeCalibration)
     defaults = ProductionSettings()
@@ -696,8 +696,11 @@ def test_the_default_gate_is_fitted_under_the_package_defaults() -> None:
     engine = Engine(defaults)  # the real default model files, checked as a search checks them
     assert engine.applies_calibration() and engine.calibration().path == cal.path
     check_calibration(cal, engine.embedding_ref.sha256, defaults.retrieval_part())
-    recorded = json.loads(data_file("engram_eval/production/data/settings_v6.json").read_text())
-    assert ProductionSettings.from_recorded(recorded).retrieval_part() == defaults.retrieval_part()
+    recorded = json.loads(data_file("engram_eval/production/data/settings_v7.json").read_text())
+    assert ProductionSettings.from_recorded(recorded) == defaults.replace(
+        calibration=DEFAULT_CALIBRATION)  # every field, the gate's included
+    for shape in cal.models:  # fitted with the pipeline's first as the top result
+        assert "pipeline's first" in (cal.for_shape(shape).record or {})["fit"]["top_result"]
     assert defaults.reranker_model == "engram-ce-minilm-v4" and defaults.rerank_prior == "score"
     for shape in ("chat", "people", "short"):
         assert 0.0 < float(cal.for_shape(shape).cutoff) < 1.0
