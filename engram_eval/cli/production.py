@@ -51,6 +51,7 @@ def add_settings_arguments(p: argparse.ArgumentParser) -> None:
         RECORDED_SETTINGS_V1,
         RECORDED_SETTINGS_V4,
         RECORDED_SETTINGS_V5,
+        RECORDED_SETTINGS_V6,
         ProductionSettings,
     )
     from engram_eval.retrieval.flags import add_field_arguments
@@ -60,8 +61,9 @@ def add_settings_arguments(p: argparse.ArgumentParser) -> None:
                         "production output whose 'settings' it holds) instead of the package "
                         f"defaults; the published runs' settings are {RECORDED_SETTINGS_V1}, "
                         f"calibration v4's {RECORDED_SETTINGS_V4}, calibration v5's "
-                        f"{RECORDED_SETTINGS_V5}. A field the record lacks "
-                        "takes the value production used before it was recorded. The options "
+                        f"{RECORDED_SETTINGS_V5}, calibration v6's {RECORDED_SETTINGS_V6}. A "
+                        "field the record lacks takes the value production used before it "
+                        "was recorded. The options "
                         "below override it.")
     add_field_arguments(p, ProductionSettings, SETTINGS_GROUPS)
 
@@ -301,6 +303,12 @@ def add_subcommands(sub: Any) -> None:
     f.add_argument("--shape-target", action="append", default=[], metavar="SHAPE=X",
                    help="with --per-shape: that shape's target precision (others: "
                         "--target-precision)")
+    f.add_argument("--nested-cv", action="store_true",
+                   help="with --per-shape and --report: judge each shape's whole fit (score "
+                        "model, mapping, cut-off) by nested cross-validation -- an outer "
+                        "GroupKFold(--folds) whose folds are scored by the fit on the others "
+                        "-- and report AUROC, ECE, answered precision and unanswerable "
+                        "abstention with bootstrap intervals (the choosing evidence)")
     f.add_argument("--output", required=True, type=output_file,
                    help="calibration JSON (the package file)")
     f.add_argument("--settings-output", type=output_file,
@@ -311,6 +319,8 @@ def add_subcommands(sub: Any) -> None:
                         "(file order)")
     f.add_argument("--folds", type=count_int, default=5)
     f.add_argument("--C", type=finite_float, default=1.0)
+    f.add_argument("--shape-C", action="append", default=[], metavar="SHAPE=C",
+                   help="with --per-shape: that shape's C (others: --C)")
     f.add_argument("--mapping", choices=("isotonic", "platt"), default="isotonic")
     f.add_argument("--calibrate-on", choices=("top", "pairs"), default="top")
     f.add_argument("--target-precision", type=finite_float, default=0.9)

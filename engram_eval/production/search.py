@@ -24,17 +24,22 @@ user sessions (their dense pieces and vectors as the store persisted them):
 3. Focused-excerpt retry: a long memory the gate rejects tries one focused excerpt
    (:func:`engram_eval.retrieval.passages.select_excerpt`, at most one per memory), whatever
    the other candidates scored; the larger confidence survives.
-4. Gate: memories with confidence >= the cut-off (:func:`gate_cutoff`: ``min_confidence``, or
-   under ``cutoff`` 'calibrated' the one the applied calibration model records), best first
-   (ties: ranking order), at most ``limit``; possibly nothing (abstention). The response's
-   ``question["min_confidence"]`` is the cut-off applied.
+4. Gate (:func:`accepted`; cut-off :func:`gate_cutoff`: ``min_confidence``, or under
+   ``cutoff`` 'calibrated' the one the applied calibration model records): under
+   ``result_order`` 'pipeline' (the default) the gate decides *whether* to answer and the
+   pipeline the order -- the first candidate's confidence below the cut-off abstains,
+   else the candidates at or above it in the pipeline's order (a later candidate under it
+   is dropped); under 'confidence' (every record made before issue 45) the candidates at or
+   above the cut-off, most confident first (ties: ranking order). At most ``limit``;
+   possibly nothing (abstention). The response's ``question["min_confidence"]`` is the
+   cut-off applied, ``question["result_order"]`` the order.
 
 This code never sees gold ids: it receives memories and a query only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,7 +173,7 @@ class Engine:
 
     def cutoff_for(self, shape: str) -> float:
         """The gate's cut-off for memories of ``shape`` (:func:`gate_cutoff`)."""
-        return gate_cutoff(self.settings, self.model_for(shape))
+        return gate_cutoff(self.settings, self.model_for(shape), shape)
 
     def encoder(self) -> Any:
         return self.holder.encoder()
@@ -273,17 +278,39 @@ def memory_signals(engine: Engine, query: str, now: str, memories: Sequence[Memo
 
 
 def gate_cutoff(settings: ProductionSettings,
-                model: Calibration | ContextCalibration | None) -> float:
+                model: Calibration | ContextCalibration | None,
+                shape: str | None = None) -> float:
     """The gate's cut-off: under ``cutoff`` 'calibrated', the one ``model`` (the calibration
     model the gate applies, :meth:`Engine.model_for`: a version-3 file, or a per-shape file's
     model of the memory shape, with or without a rerank) records, chosen on its training
     data; ``min_confidence`` under 'fixed', with no model (a rerank with a calibration of
     versions 1-3: the cross-encoder's sigmoid), or for a model that records none (versions
-    1-2)."""
+    1-2). For memories of the ``people`` shape without ``people_gate``: 0 (no gate: every
+    question answered)."""
+    if shape == "people" and not settings.people_gate:
+        return 0.0
     recorded = getattr(model, "cutoff", None)
     if settings.cutoff == "calibrated" and recorded is not None:
         return float(recorded)
     return settings.min_confidence
+
+
+def accepted(cands: Sequence[int], conf: Mapping[int, float], cut: float,
+             order: str = "pipeline") -> list[int]:
+    """The candidates the gate accepts, in the order it returns them (module docstring, step
+    4): ``cands`` in the pipeline's order, ``conf`` their confidences. Under ``order``
+    'pipeline' the first candidate's confidence decides answer or abstain and each later
+    candidate under ``cut`` is dropped (so the first result, when there is one, is the
+    pipeline's first); under 'confidence' those at or above ``cut``, most confident first
+    (ties: the pipeline's order)."""
+    if order == "pipeline":
+        if not cands or conf[cands[0]] < cut:
+            return []
+        return [i for i in cands if conf[i] >= cut]
+    if order != "confidence":
+        raise ValueError(f"result order {order!r}: 'pipeline' or 'confidence'")
+    rank = {i: n for n, i in enumerate(cands)}
+    return sorted((i for i in cands if conf[i] >= cut), key=lambda i: (-conf[i], rank[i]))
 
 
 def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[Memory],
@@ -308,7 +335,7 @@ def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[
     if engine.applies_calibration() and isinstance(engine.calibration(), ShapeCalibration):
         shape_used = shape if shape is not None else corpus_shape(memory_sessions(memories))
     cal = engine.model_for(shape_used or "short")
-    cut = gate_cutoff(s, cal) if min_confidence is None else min_confidence
+    cut = gate_cutoff(s, cal, shape_used) if min_confidence is None else min_confidence
 
     scored: dict[tuple[str, str], float] = dict(sig.get("cross_pairs") or {})
 
@@ -376,14 +403,13 @@ def search_memories(engine: Engine, query: str, *, now: str, memories: Sequence[
     for i in cands:
         traces[i]["confidence"] = conf[i]
         traces[i]["accepted"] = False
-    passed = sorted((i for i in cands if conf[i] >= cut), key=lambda i: (-conf[i], cands.index(i)))
-    chosen = passed[:limit]
+    chosen = accepted(cands, conf, cut, s.result_order)[:limit]
     for i in chosen:
         traces[i]["accepted"] = True
     results = tuple(SearchResult(memories[i].id, float(conf[i]), memories[i].text,
                                  memories[i].date, traces[i]) for i in chosen)
     question = {"query": query, "now": now, "time_window": sig["window"], "limit": limit,
-                "min_confidence": cut}
+                "min_confidence": cut, "result_order": s.result_order}
     if shape_used is not None:  # a per-shape calibration: the model it applied
         question["shape"] = shape_used
     return SearchResponse(results, tuple(traces[i] for i in cands), question)

@@ -30,12 +30,18 @@ from typing import Any
 from engram_eval.errors import ConfigError
 from engram_eval.retrieval.settings import GATE_GROUP, RetrievalSettings, _f
 
-#: The package default gate: calibration v6, one model per memory shape (file format
-#: version 4; PROVENANCE.md section 21), fitted under the package's default pipeline with its
-#: rerank by engram-ce-minilm-v4 (``settings_v6.json`` records those settings), with the
-#: cut-off each model records (``cutoff`` 'calibrated') and no excerpt retry (it was fitted
-#: without one).
-DEFAULT_CALIBRATION = "engram_eval/production/data/calibration_v6.json"
+#: The package default gate: calibration v7, one model per memory shape (file format
+#: version 4; PROVENANCE.md section 25), fitted under the package's default pipeline with the
+#: pipeline's first result as each question's top result (issue 45: the gate decides whether
+#: to answer, the pipeline the order; ``settings_v7.json`` records those settings), with the
+#: cut-off each model records (``cutoff`` 'calibrated'), no excerpt retry, and people's chats
+#: not gated (``people_gate`` off).
+DEFAULT_CALIBRATION = "engram_eval/production/data/calibration_v7.json"
+#: The settings calibration v6 (the default before v7, PROVENANCE.md section 21) was fitted
+#: and measured under (the same pipeline; its record predates ``result_order`` and
+#: ``people_gate``, so it reads back as most confident first, people's chats gated):
+#: ``--settings`` this file.
+RECORDED_SETTINGS_V6 = "engram_eval/production/data/settings_v6.json"
 #: The settings calibration v5 (the default before v6, PROVENANCE.md section 19) was fitted
 #: under (the same first stage, rerank by engram-ce-minilm-v3): ``--settings`` this file.
 RECORDED_SETTINGS_V5 = "engram_eval/production/data/settings_v5.json"
@@ -77,8 +83,9 @@ def data_file(path: str | Path) -> Path:
 #: Gate fields (not retrieval settings). The excerpt retry changes confidences, so a
 #: calibration depends on it; the others only cut what is returned.
 GATE_FIELDS = ("candidates", "excerpt_retry", "excerpt_max_words", "rerank_confidence", "limit",
-               "min_confidence", "cutoff", "calibration")
-_NOT_CALIBRATED = ("candidates", "limit", "min_confidence", "cutoff", "calibration")
+               "min_confidence", "cutoff", "calibration", "result_order", "people_gate")
+_NOT_CALIBRATED = ("candidates", "limit", "min_confidence", "cutoff", "calibration",
+                   "result_order", "people_gate")
 
 #: A field a record predates -> the value that reproduces what it was made with, never a later
 #: default (:meth:`ProductionSettings.from_recorded`): the gate's fixed cut-off and the
@@ -87,13 +94,17 @@ _NOT_CALIBRATED = ("candidates", "limit", "min_confidence", "cutoff", "calibrati
 #: then (the first stage before PROVENANCE.md section 14, no rerank, the people overrides of
 #: calibrations v2-v4; records lacking them: the published runs, calibrations v1-v3).
 RECORD_LEGACY: dict[str, Any] = {
-    "cutoff": "fixed", "rerank_confidence": "sigmoid", "rerank_prior": "rank",
+    "result_order": "confidence", "people_gate": True, "cutoff": "fixed", "rerank_confidence": "sigmoid", "rerank_prior": "rank",
     "dense_turn_top_m": 1, "use_dense_rocchio": False, "use_bm25_prf": False,
     "lexical_stemmer": "none", "lexical_stopwords": "none", "normalisation": "minmax",
     "weight_bm25_user": 0.3, "weight_bm25_turn": 0.3, "weight_bm25_prf": 0.0,
     "weight_dense_rocchio": 0.0, "rerank": False,
     "people_overrides": {"normalisation": "zscore", "temporal": False,
                          "weight_bm25_user": 1.0, "rerank": False}}
+
+#: (``result_order`` 'confidence': every record made before issue 45 -- the published
+#: production runs and measurements, the calibrations' settings files -- returned the accepted
+#: candidates most confident first.)
 
 #: Production's ``people_overrides`` default (:class:`ProductionSettings`).
 PRODUCTION_PEOPLE_OVERRIDES: dict[str, Any] = {"temporal": False, "weight_bm25_user": 1.0,
@@ -153,10 +164,29 @@ class ProductionSettings(RetrievalSettings):
                           "applied when it is per memory shape, version 4 on, else the "
                           "cross-encoder's sigmoid is the confidence); '' = the packaged "
                           "default (DEFAULT_CALIBRATION: "
-                          "engram_eval/production/data/calibration_v6.json, fitted under the "
-                          "package defaults; the former defaults v5, v4 and v2 under "
-                          "--settings engram_eval/production/data/settings_v5.json, "
-                          "settings_v4.json and settings_v2.json)", group=GATE_GROUP)
+                          "engram_eval/production/data/calibration_v7.json, fitted under the "
+                          "package defaults; the former defaults v6, v5, v4 and v2 under "
+                          "--settings engram_eval/production/data/settings_v6.json, "
+                          "settings_v5.json, settings_v4.json and settings_v2.json)",
+                          group=GATE_GROUP)
+
+    result_order: str = _f(
+        "pipeline", "the order of the accepted results, and which candidate's confidence "
+        "decides to answer: 'pipeline' = the retrieval pipeline's order; the first "
+        "candidate's confidence decides answer or abstain, and each later candidate under "
+        "the cut-off is dropped (the gate decides whether to answer, the pipeline the "
+        "order); 'confidence' = the candidates at or above the cut-off, most confident "
+        "first (what production did before issue 45; a record without this field was made "
+        "so)", group=GATE_GROUP, choices=("pipeline", "confidence"))
+
+    people_gate: bool = _f(
+        False, "gate people's chats (memories of the 'people' shape) at their model's "
+        "cut-off; off (the default since issue 45) = no gate for people's chats: the "
+        "confidence is still given, every question is answered (cut-off 0), because no "
+        "people model has separated right from wrong top results (held out: AUROC 0.594 "
+        "under calibrations v5 and v6, PROVENANCE.md sections 19 and 21; the figure of "
+        "section 25 under the people pipeline); a record without this field gated them",
+        group=GATE_GROUP)
 
     def to_json(self) -> dict[str, Any]:
         """Every field but the runtime ones (batch size, cache)."""

@@ -55,9 +55,11 @@ held out (its own ``heldout`` field, its bytes, or any case of a known held-out 
 part is.
 
 **Measurement** (:func:`measure`): the packaged search under that calibration over a part's
-questions; per question its top result (highest confidence, ties in ranking order), whether
-it is right, and the selective-retrieval metrics of :mod:`engram_eval.scoring.selective`
-with bootstrap intervals over questions (over whole conversations on LoCoMo).
+questions; per question its top result under the gate's ``result_order`` (the pipeline's
+first; before issue 45 the highest confidence, ties in ranking order), whether it is right,
+and the selective-retrieval metrics of :mod:`engram_eval.scoring.selective` with bootstrap
+intervals over questions (over whole conversations on LoCoMo); both orders are reported side
+by side (:func:`measure_orders`).
 """
 
 from __future__ import annotations
@@ -378,15 +380,30 @@ def _raw_coefficients(model: Any) -> tuple[float, np.ndarray]:
     return b, w
 
 
-def _top(records: list[dict[str, Any]], conf: list[np.ndarray]) -> list[dict[str, Any]]:
-    """Per question: its top candidate by confidence (ties: ranking order), whether right."""
+#: The two orders of the gate's results (``ProductionSettings.result_order``): the
+#: pipeline's (the default since issue 45) and most confident first (before it).
+ORDERS = ("pipeline", "confidence")
+
+
+def top_index(conf: np.ndarray, order: str) -> int:
+    """The position (in the pipeline's order) of a question's top result under ``order``:
+    the pipeline's first, or the most confident (ties: the pipeline's order)."""
+    if order not in ORDERS:
+        raise ConfigError(f"result order {order!r}: one of {list(ORDERS)}")
+    return 0 if order == "pipeline" else int(np.argmax(conf))  # first maximum on ties
+
+
+def _top(records: list[dict[str, Any]], conf: list[np.ndarray],
+         order: str = "confidence") -> list[dict[str, Any]]:
+    """Per question: its top candidate under ``order`` (:func:`top_index`; candidates in the
+    pipeline's order), its confidence, whether right."""
     out = []
     for r, c in zip(records, conf, strict=True):
         if not len(c):
             out.append({"question_id": r["question_id"], "unanswerable": r["unanswerable"],
                         "top": None, "confidence": 0.0, "correct": 0})
             continue
-        i = int(np.argmax(c))  # first maximum: ranking order on ties
+        i = top_index(c, order)
         right = (not r["unanswerable"]) and r["candidates"][i] in r["gold"]
         out.append({"question_id": r["question_id"], "unanswerable": r["unanswerable"],
                     "top": r["candidates"][i], "confidence": float(c[i]),
@@ -400,15 +417,17 @@ def at_cutoff(top: Sequence[dict[str, Any]], cut: float) -> dict[str, Any]:
     una = [t for t in top if t["unanswerable"]]
     ret = [t for t in top if t["confidence"] >= cut]
     acc = [t for t in ans if t["confidence"] >= cut]
+    abstained = sum(1 for t in una if t["confidence"] < cut)
     return {"cutoff": cut, "questions": len(top), "answerable": len(ans),
             "unanswerable": len(una), "returned": len(ret),
+            "returned_top_gold": sum(t["correct"] for t in ret),
+            "unanswerable_abstained": abstained,
             "returned_top_gold_rate": (sum(t["correct"] for t in ret) / len(ret)
                                        if ret else None),
             "answerable_returned_rate": len(acc) / len(ans) if ans else None,
             "answerable_top_gold_rate": (sum(t["correct"] for t in acc) / len(ans)
                                          if ans else None),
-            "unanswerable_abstained_rate": (sum(1 for t in una if t["confidence"] < cut)
-                                            / len(una) if una else None)}
+            "unanswerable_abstained_rate": abstained / len(una) if una else None}
 
 
 def choose_cutoff(tops: dict[str, list[dict[str, Any]]], target: float,
@@ -492,14 +511,19 @@ class ModelFit:
     calibrate_on: str
     target_precision: float
     min_returned: int
+    order: str = "confidence"
 
 
 def fit_model(parts: Sequence[PartData], *, features: str = DEFAULT_FEATURE_SET,
               folds: int = 5, C: float = 1.0, mapping: str = "isotonic",
               calibrate_on: str = "top", target_precision: float = 0.9,
-              min_returned: int = 20, digits: int | None = None) -> ModelFit:
+              min_returned: int = 20, digits: int | None = None,
+              order: str = "confidence") -> ModelFit:
     """The fit of the module docstring on ``parts`` (pooled): out-of-fold scores by
     ``GroupKFold``, the mapping on them, the score model refitted on all pairs, the cut-off.
+    ``order``: which candidate is a question's top result (:func:`top_index`: the
+    pipeline's first, or the most confident, as every fit before issue 45), for the mapping
+    fitted on top results and the cut-off.
     ``digits``: the mapping's numbers are rounded to these many decimals as recorded (None:
     unrounded); the out-of-fold confidences that choose the cut-off use the recorded
     numbers, as search will."""
@@ -532,9 +556,9 @@ def fit_model(parts: Sequence[PartData], *, features: str = DEFAULT_FEATURE_SET,
     if calibrate_on == "top":
         tz, ty = [], []
         for part, zs in zip(parts, z_q, strict=True):
-            for t, zq in zip(_top(part.records, zs), zs, strict=True):
+            for t, zq in zip(_top(part.records, zs, order), zs, strict=True):
                 if len(zq):
-                    tz.append(float(zq.max()))
+                    tz.append(float(zq[top_index(zq, order)]))
                     ty.append(float(t["correct"]))
         cal_z, cal_y = np.asarray(tz), np.asarray(ty)
     else:
@@ -558,10 +582,135 @@ def fit_model(parts: Sequence[PartData], *, features: str = DEFAULT_FEATURE_SET,
                              np.asarray(doc_map["isotonic"]["y"]))
         return 1.0 / (1.0 + np.exp(-(doc_map["platt"]["a"] * z + doc_map["platt"]["b"])))
     conf_q = [[fmap(zq) for zq in zs] for zs in z_q]
-    tops = {p.label: _top(p.records, cq) for p, cq in zip(parts, conf_q, strict=True)}
+    tops = {p.label: _top(p.records, cq, order) for p, cq in zip(parts, conf_q, strict=True)}
     cut = choose_cutoff(tops, target_precision, min_returned)
     return ModelFit(fs, final, mapper, doc_map, cut, tops, folds, C, calibrate_on,
-                    target_precision, min_returned)
+                    target_precision, min_returned, order)
+
+
+def apply_fit(m: ModelFit, x: np.ndarray) -> np.ndarray:
+    """The confidences ``m`` gives the rows ``x`` (its score model refitted on all its pairs,
+    then its mapping as recorded: what search applies)."""
+    if not len(x):
+        return np.zeros(0)
+    z = m.score_model.decision_function(np.asarray(x, dtype=float))
+    if m.mapping["method"] == "isotonic":
+        return np.interp(z, np.asarray(m.mapping["isotonic"]["x"]),
+                         np.asarray(m.mapping["isotonic"]["y"]))
+    a, b = m.mapping["platt"]["a"], m.mapping["platt"]["b"]
+    return np.asarray(1.0 / (1.0 + np.exp(-(a * z + b))))
+
+
+def nested_cv(parts: Sequence[PartData], *, features: str = DEFAULT_FEATURE_SET,
+              folds: int = 5, C: float = 1.0, mapping: str = "platt",
+              calibrate_on: str = "top", target_precision: float = 0.9,
+              min_returned: int = 20, order: str = "pipeline", bins: int = 15,
+              resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """The whole fit (:func:`fit_model`: score model, mapping and cut-off, each with its own
+    inner cross-fit) judged on data it never saw: an outer ``GroupKFold(folds)`` over the
+    pooled parts' groups (question, conversation, case); each outer fold's questions get
+    the confidences and the cut-off of the fit on the other folds (inner folds: ``folds``,
+    or fewer when the outer training data has fewer groups). Reported over every question:
+    AUROC, ECE, Brier, AURC of the top result (under ``order``) with bootstrap intervals by
+    group, and what each question's own fold cut-off does (returned, answered precision =
+    returned top results right, answerable answered, unanswerable abstained), in all and per
+    part. This is the estimate a choice between fits reads; the fit itself is
+    :func:`fit_model` on every part."""
+    import dataclasses
+
+    sk = _sklearn()
+    recs = [(pi, qi) for pi, p in enumerate(parts) for qi in range(len(p.records))]
+    groups = np.asarray([f"{parts[pi].label}/{parts[pi].records[qi]['group']}"
+                         for pi, qi in recs])
+    n_groups = len(set(groups.tolist()))
+    if n_groups < folds:
+        raise ConfigError(f"{n_groups} groups in {[p.path for p in parts]}, fewer than "
+                          f"{folds} outer folds")
+    conf: list[np.ndarray | None] = [None] * len(recs)
+    cut_of = np.zeros(len(recs))
+    fold_of = np.zeros(len(recs), dtype=int)
+    fold_docs = []
+    for k, (tr, te) in enumerate(sk.model_selection.GroupKFold(n_splits=folds).split(
+            np.zeros(len(recs)), np.zeros(len(recs)), groups)):
+        keep = {recs[j] for j in tr}
+        train = [dataclasses.replace(p, records=[r for qi, r in enumerate(p.records)
+                                                 if (pi, qi) in keep])
+                 for pi, p in enumerate(parts)]
+        train = [p for p in train if p.records]
+        inner = min(folds, len(set(groups[tr].tolist())))
+        m = fit_model(train, features=features, folds=inner, C=C, mapping=mapping,
+                      calibrate_on=calibrate_on, target_precision=target_precision,
+                      min_returned=min_returned, order=order)
+        for j in te:
+            pi, qi = recs[j]
+            conf[j] = apply_fit(m, parts[pi].records[qi]["x"])
+            cut_of[j] = m.cutoff["value"]
+            fold_of[j] = k
+        fold_docs.append({"fold": k, "test_questions": len(te),
+                          "test_groups": len(set(groups[te].tolist())),
+                          "cutoff": m.cutoff["value"],
+                          "cutoff_met_on_training_folds": m.cutoff["met_on_tuning_parts"]})
+    top = []
+    for j, (pi, qi) in enumerate(recs):
+        c = conf[j]
+        assert c is not None
+        t = _top([parts[pi].records[qi]], [c], order)[0]
+        top.append({**t, "part": parts[pi].label, "cutoff": float(cut_of[j]),
+                    "fold": int(fold_of[j])})
+    cf = np.asarray([t["confidence"] for t in top])
+    y = np.asarray([t["correct"] for t in top])
+    una = np.asarray([t["unanswerable"] for t in top], dtype=bool)
+    ret = cf >= cut_of
+
+    def ratio(num: np.ndarray, den: np.ndarray) -> Callable[[np.ndarray], float | None]:
+        def f(ix: np.ndarray) -> float | None:
+            d = den[ix].sum()
+            return None if d == 0 else float(num[ix].sum() / d)
+        return f
+
+    def figures(ix_all: np.ndarray) -> dict[str, Any]:
+        g = groups[ix_all].tolist()
+
+        def iv(stat: Callable[[np.ndarray], float | None]) -> dict[str, Any]:
+            return S.bootstrap(lambda ix: stat(ix_all[ix]), len(ix_all), resamples=resamples,
+                               seed=seed, groups=g)
+
+        sub = [top[i] for i in ix_all]
+        stats: dict[str, Callable[[np.ndarray], float | None]] = {
+            "auroc": lambda ix: S.auroc(cf[ix], y[ix]),
+            "ece": lambda ix: S.ece(cf[ix], y[ix], bins),
+            "answered_precision": ratio(ret & (y == 1), ret),
+            "answerable_answered_rate": ratio(ret & ~una, ~una),
+            "unanswerable_abstained_rate": ratio(~ret & una, una)}
+        return {"n": len(sub), "answerable": int((~una[ix_all]).sum()),
+                "unanswerable": int(una[ix_all].sum()),
+                "top_right": int(y[ix_all].sum()),
+                **{k: v for k, v in summarise(sub, bins=bins).items() if k != "reliability"},
+                "answered": int(ret[ix_all].sum()),
+                "answered_right": int((ret & (y == 1))[ix_all].sum()),
+                "answered_precision": ratio(ret & (y == 1), ret)(ix_all),
+                "answerable_answered": int((ret & ~una)[ix_all].sum()),
+                "answerable_answered_rate": ratio(ret & ~una, ~una)(ix_all),
+                "unanswerable_abstained": int((~ret & una)[ix_all].sum()),
+                "unanswerable_abstained_rate": ratio(~ret & una, una)(ix_all),
+                "intervals": {k: iv(f) for k, f in stats.items()}}
+
+    every = np.arange(len(top))
+    return {"rule": "outer GroupKFold over the pooled parts' groups; each fold's questions "
+                    "scored by the whole fit (score model, mapping, cut-off, with its inner "
+                    "cross-fit) made on the other folds, judged at that fit's cut-off",
+            "outer_folds": folds, "order": order, "feature_set": features,
+            "target_precision": target_precision, "min_returned": min_returned,
+            "bootstrap": {"resamples": resamples, "seed": seed,
+                          "unit": "group (question, conversation or case)"},
+            "folds": fold_docs, "all": figures(every),
+            "parts": {p.label: figures(np.asarray([j for j, t in enumerate(top)
+                                                   if t["part"] == p.label]))
+                      for p in parts},
+            "questions": [{**{k: t[k] for k in ("question_id", "part", "fold",
+                                                "unanswerable", "top", "confidence",
+                                                "correct", "cutoff")},
+                           "group": str(groups[j])} for j, t in enumerate(top)]}
 
 
 def _cutoff_doc(m: ModelFit, on: str) -> dict[str, Any]:
@@ -668,13 +817,59 @@ def shape_model_doc(m: ModelFit, shape: str, parts: Sequence[PartData], *,
                                "/ case (a fixture), final score model refitted on all pairs",
                     "folds": m.folds, "C": m.C,
                     "label": "memory is gold (never for an unanswerable question)",
-                    "candidates_per_question": candidates},
+                    "candidates_per_question": candidates,
+                    # a fit before issue 45 took the most confident candidate (not recorded)
+                    **({"top_result": "the pipeline's first candidate (result_order "
+                                      "'pipeline')"} if m.order == "pipeline" else {})},
             "data": _data_doc(parts),
             "tuning_parts_out_of_fold": {p.label: summarise(m.tops[p.label], bins=bins)
                                          for p in parts},
             "selective_out_of_fold": {p.label: selective_report(
                 m.tops[p.label], float(m.cutoff["value"]), p.fmt, bins=bins)
                 for p in parts}}
+
+
+def compare_nested(candidates: Mapping[str, Mapping[str, Any]], *, resamples: int = 2000,
+                   seed: int = 0) -> dict[str, Any]:
+    """A choice between fits of one shape by their nested cross-validation
+    (:func:`nested_cv` documents, the same questions): each candidate's AUROC and ECE, and
+    the paired bootstrap interval (questions' groups resampled together, the same draws for
+    every candidate) of its AUROC minus the first candidate's. The candidate with the
+    highest nested AUROC is chosen (ties: the first listed)."""
+    names = list(candidates)
+    if not names:
+        raise ConfigError("no candidate to compare")
+    qs = {n: candidates[n]["questions"] for n in names}
+    ids = [q["question_id"] for q in qs[names[0]]]
+    for n in names[1:]:
+        if [q["question_id"] for q in qs[n]] != ids:
+            raise ConfigError(f"candidate {n!r} was judged on other questions than "
+                              f"{names[0]!r}")
+    gr = [q["group"] for q in qs[names[0]]]  # a conversation's questions drawn together
+    cf = {n: np.asarray([q["confidence"] for q in qs[n]]) for n in names}
+    y = {n: np.asarray([q["correct"] for q in qs[n]]) for n in names}
+    base = names[0]
+    out: dict[str, Any] = {"rule": "highest nested cross-validated AUROC (ties: the first "
+                                   "listed); paired bootstrap intervals against the first",
+                           "baseline": base, "candidates": {}}
+    for n in names:
+        row = {"auroc": S.auroc(cf[n].tolist(), y[n].tolist()),
+               "ece": S.ece(cf[n].tolist(), y[n].tolist()),
+               "answered_precision": candidates[n]["all"]["answered_precision"],
+               "unanswerable_abstained_rate":
+                   candidates[n]["all"]["unanswerable_abstained_rate"]}
+        if n != base:
+            def diff(ix: np.ndarray, n: str = n) -> float | None:
+                a, b = S.auroc(cf[n][ix], y[n][ix]), S.auroc(cf[base][ix], y[base][ix])
+                return None if a is None or b is None else a - b
+            row["auroc_minus_baseline"] = diff(np.arange(len(ids)))
+            row["interval"] = S.bootstrap(diff, len(ids), resamples=resamples, seed=seed,
+                                          groups=gr)
+        out["candidates"][n] = row
+    best = max(names, key=lambda n: (out["candidates"][n]["auroc"] or -1.0,
+                                     -names.index(n)))
+    out["chosen"] = best
+    return out
 
 
 def without_curves(doc: dict[str, Any]) -> dict[str, Any]:
@@ -690,13 +885,16 @@ def without_curves(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def fit_shapes(parts: Sequence[PartData], engine: Engine, *,
-               features: str = DEFAULT_FEATURE_SET, folds: int = 5, C: float = 1.0,
+               features: str = DEFAULT_FEATURE_SET, folds: int = 5,
+               C: float | Mapping[str, float] = 1.0,
                mapping: str = "platt", calibrate_on: str = "top",
                target_precision: float | Mapping[str, float] = 0.9,
                min_returned: int = 20, bins: int = 15) -> dict[str, Any]:
     """Calibration version 4: :func:`fit_model` once per memory shape, each on the parts
     whose data has that shape (module docstring). ``target_precision``: one target, or one
-    per shape (a shape not named takes 0.9). Returns the calibration document."""
+    per shape (a shape not named takes 0.9). A question's top result is the one the
+    engine's ``result_order`` returns first. ``C``: one regularisation, or one per shape (a
+    shape not named takes 1.0). Returns the calibration document."""
     from engram_eval.data.records import SHAPES
 
     _check_engine(engine)
@@ -712,11 +910,16 @@ def fit_shapes(parts: Sequence[PartData], engine: Engine, *,
     if unknown:
         raise ConfigError(f"target precision for unknown shape(s) {unknown}; shapes: "
                           f"{list(SHAPES)}")
+    cs = dict(C) if isinstance(C, Mapping) else dict.fromkeys(by_shape, float(C))
+    unknown = sorted(set(cs) - set(SHAPES))
+    if unknown:
+        raise ConfigError(f"C for unknown shape(s) {unknown}; shapes: {list(SHAPES)}")
     shapes = {}
     for shape in sorted(by_shape):
-        m = fit_model(by_shape[shape], features=features, folds=folds, C=C, mapping=mapping,
+        m = fit_model(by_shape[shape], features=features, folds=folds,
+                      C=float(cs.get(shape, 1.0)), mapping=mapping,
                       calibrate_on=calibrate_on, target_precision=targets.get(shape, 0.9),
-                      min_returned=min_returned)
+                      min_returned=min_returned, order=engine.settings.result_order)
         shapes[shape] = shape_model_doc(m, shape, by_shape[shape],
                                         candidates=engine.settings.candidates, bins=bins)
     return {"kind": CALIBRATION_KIND, "version": 4, "formula": FORMULA_V4,
@@ -736,7 +939,8 @@ def measure(engine: Engine, path: str | Path, *, cutoff: float | None = None, bi
             on_question: Callable[[int], None] | None = None) -> dict[str, Any]:
     """The gate under ``engine``'s calibration over ``path``, searched by production search:
     per-question top results and the selective-retrieval metrics with bootstrap intervals
-    (module docstring). ``cutoff``: None = the gate's own for the data's memory shape
+    (module docstring), under the engine's ``result_order`` with both orders reported
+    (:func:`measure_orders`). ``cutoff``: None = the gate's own for the data's memory shape
     (:meth:`~engram_eval.production.search.Engine.cutoff_for`)."""
     from engram_eval.data.datasets import load_questions, resolve_format
 
@@ -744,24 +948,17 @@ def measure(engine: Engine, path: str | Path, *, cutoff: float | None = None, bi
     fmt = resolve_format(path, "auto")
     _, loaded = load_questions(path, fmt)
     qs = list(loaded)[:max_questions] if max_questions else list(loaded)
-    top = []
+    records: list[dict[str, Any]] = []
+    conf: list[np.ndarray] = []
     shapes = set()
     for n, sq in enumerate(session_questions(engine, qs, fmt)):
         shapes.add(sq.shape)
-        resp = search_all(engine, sq)
-        best = sorted(resp.candidates, key=lambda c: (-c["confidence"], c["fused_rank"]))
+        resp = search_all(engine, sq)  # candidates in the pipeline's order
         gold = set(sq.gold)  # read only after search returned
-        if best:
-            t = best[0]
-            right = (not sq.unanswerable) and t["id"] in gold
-            top.append({"question_id": sq.question.question_id,
+        records.append({"question_id": sq.question.question_id,
                         "unanswerable": sq.unanswerable, "gold": sorted(gold),
-                        "top": t["id"], "confidence": float(t["confidence"]),
-                        "correct": int(right)})
-        else:
-            top.append({"question_id": sq.question.question_id,
-                        "unanswerable": sq.unanswerable, "gold": sorted(gold), "top": None,
-                        "confidence": 0.0, "correct": 0})
+                        "candidates": [c["id"] for c in resp.candidates]})
+        conf.append(np.asarray([float(c["confidence"]) for c in resp.candidates]))
         if on_question is not None:
             on_question(n)
     if cutoff is None:
@@ -771,22 +968,71 @@ def measure(engine: Engine, path: str | Path, *, cutoff: float | None = None, bi
                               f"different cut-offs {sorted(cuts)}; measure each shape apart")
         cutoff = cuts.pop()
     return {"dataset": {"name": Path(path).name, "sha256": sha256_file(path), "format": fmt},
-            **selective_measurement(top, fmt, cutoff, bins=bins, resamples=resamples,
-                                    seed=seed, max_questions=max_questions),
+            **measure_orders(records, conf, fmt, cutoff, engine.settings.result_order,
+                             bins=bins, resamples=resamples, seed=seed,
+                             max_questions=max_questions),
             "wall_seconds": round(time.time() - t0, 2)}
+
+
+def order_comparison(records: Sequence[dict[str, Any]],
+                     tops: Mapping[str, Sequence[dict[str, Any]]], cutoff: float
+                     ) -> dict[str, Any]:
+    """The two orders side by side on the same questions (issue 45): per order, how many
+    answerable questions have a right top result (all of them, and those whose top result
+    passes ``cutoff``), and the pipeline's recall_any@1 (:func:`engram_eval.scoring.metrics.
+    recall_any` of the candidates in the pipeline's order, the package's one definition)
+    over the same questions: under the pipeline's order the accepted top-1 equals it."""
+    from engram_eval.scoring.metrics import recall_any
+
+    ans = [i for i, r in enumerate(records) if not r["unanswerable"] and r["candidates"]]
+    r1 = {i: recall_any(records[i]["gold"], records[i]["candidates"], 1) for i in ans}
+    out: dict[str, Any] = {"answerable_with_candidates": len(ans),
+                           "pipeline_recall_any_at_1": (sum(r1.values()) / len(ans)
+                                                        if ans else None)}
+    for order, top in tops.items():
+        acc = [i for i in ans if top[i]["confidence"] >= cutoff]
+        out[order] = {"top_right": sum(top[i]["correct"] for i in ans),
+                      "accepted": len(acc),
+                      "accepted_top_right": sum(top[i]["correct"] for i in acc),
+                      "pipeline_recall_any_at_1_on_accepted": (
+                          sum(r1[i] for i in acc) / len(acc) if acc else None)}
+    a, b = ORDERS
+    out["questions_whose_top_differs"] = sum(
+        1 for x, y in zip(tops[a], tops[b], strict=True) if x["top"] != y["top"])
+    return out
+
+
+def measure_orders(records: Sequence[dict[str, Any]], conf: Sequence[np.ndarray], fmt: str,
+                   cutoff: float, order: str, *, bins: int, resamples: int, seed: int,
+                   max_questions: int | None) -> dict[str, Any]:
+    """:func:`selective_measurement` of the top results under ``order`` (the gate's
+    ``result_order``: what the measurement keeps), with both orders' summaries, figures at
+    ``cutoff`` and intervals under ``orders`` and :func:`order_comparison`, so the change of
+    order is visible in one release."""
+    tops = {o: _top(list(records), list(conf), o) for o in ORDERS}
+    for top in tops.values():
+        for t, r in zip(top, records, strict=True):
+            t["gold"] = r["gold"]
+    docs = {o: selective_measurement(tops[o], fmt, cutoff, bins=bins, resamples=resamples,
+                                     seed=seed, max_questions=max_questions) for o in ORDERS}
+    return {**docs[order], "result_order": order,
+            "orders": {o: {k: d[k] for k in ("summary", "at_cutoff", "intervals")}
+                       for o, d in docs.items()},
+            "order_comparison": order_comparison(records, tops, cutoff)}
 
 
 def measure_runs(cal: ShapeCalibration, run_paths: Sequence[str | Path], path: str | Path, *,
                  cutoff: float | None = None, cutoff_rule: str = "calibrated",
                  candidates: int | None = None, bins: int = 15, resamples: int = 2000,
-                 seed: int = 0) -> dict[str, Any]:
+                 seed: int = 0, order: str = "confidence") -> dict[str, Any]:
     """A version-4 calibration over finished runs of ``path`` (one part; held-out parts are
     the caller's to guard): each question's candidates and features as the runs traced them
     (:func:`extract_runs`, computed from the traces for runs made before the pipeline traced
     features), the model of the part's memory shape, then the selective-retrieval metrics of
     :func:`measure`. ``candidates``: at most that many per question, best ranked first (the
     depth the model was fitted at). ``cutoff``: None = the model's recorded one under
-    ``cutoff_rule`` 'calibrated' (else ConfigError: a fixed cut-off must be given)."""
+    ``cutoff_rule`` 'calibrated' (else ConfigError: a fixed cut-off must be given).
+    ``order``: the top result kept (:func:`measure_orders`; both orders are reported)."""
     from engram_eval.data.datasets import resolve_format
 
     t0 = time.time()
@@ -804,15 +1050,12 @@ def measure_runs(cal: ShapeCalibration, run_paths: Sequence[str | Path], path: s
         cutoff = model.cutoff
     conf = [model.confidences(np.asarray(r["x"], dtype=float)) if len(r["candidates"])
             else np.zeros(0) for r in part.records]
-    top = _top(part.records, conf)
-    for t, r in zip(top, part.records, strict=True):
-        t["gold"] = r["gold"]
     fmt = resolve_format(path, "auto")
     return {"dataset": {"name": Path(path).name, "sha256": part.sha256, "format": fmt},
             "shape": part.shape, "runs": (part.selection or {}).get("runs"),
             "candidates_per_question": candidates,
-            **selective_measurement(top, fmt, cutoff, bins=bins, resamples=resamples,
-                                    seed=seed, max_questions=None),
+            **measure_orders(part.records, conf, fmt, cutoff, order, bins=bins,
+                             resamples=resamples, seed=seed, max_questions=None),
             "wall_seconds": round(time.time() - t0, 2)}
 
 

@@ -242,6 +242,9 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
                           "features)")
     if run_specs and feature_set != "v4":
         raise ConfigError("--run goes with --feature-set v4 (the features runs trace)")
+    nested = bool(getattr(args, "nested_cv", False))
+    if nested and not (per_shape and args.report):
+        raise ConfigError("--nested-cv goes with --per-shape and --report")
     parts = []
     t0 = time.time()
     every = _pairs_of(args.every, "--every", "LABEL=K")
@@ -272,9 +275,26 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
             target = {sh.shape: float(args.target_precision) for sh in parts
                       if sh.shape is not None}
             target.update({k: float(v) for k, v in shape_targets.items()})
-        doc = C.fit_shapes(parts, engine, features=feature_set, folds=args.folds, C=args.C,
+        shape_c = {k: _number(v, "--shape-C") for k, v in _pairs_of(
+            getattr(args, "shape_C", None) or [], "--shape-C", "SHAPE=C").items()}
+        cs: float | dict[str, float] = float(args.C)
+        if shape_c:
+            cs = {sh.shape: float(args.C) for sh in parts if sh.shape is not None}
+            cs.update(shape_c)
+        doc = C.fit_shapes(parts, engine, features=feature_set, folds=args.folds, C=cs,
                            mapping=args.mapping, calibrate_on=args.calibrate_on,
                            target_precision=target, min_returned=args.min_returned)
+        nested_doc: dict[str, Any] = {}
+        if nested:
+            for sh in sorted(doc["shapes"]):
+                mine = [p for p in parts if p.shape == sh]
+                tp = target[sh] if isinstance(target, dict) else target
+                nested_doc[sh] = C.nested_cv(
+                    mine, features=feature_set, folds=args.folds,
+                    C=cs[sh] if isinstance(cs, dict) else cs,
+                    mapping=args.mapping, calibrate_on=args.calibrate_on,
+                    target_precision=tp, min_returned=args.min_returned,
+                    order=engine.settings.result_order)
         oof = {f"{sh}/{k}": v for sh, m in doc["shapes"].items()
                for k, v in m["tuning_parts_out_of_fold"].items()}
         selective = {f"{sh}/{k}": v for sh, m in doc["shapes"].items()
@@ -305,6 +325,8 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
                "settings_file_sha256": (sha256_file(args.settings_output)
                                         if args.settings_output else None),
                "command": sys.argv, "wall_seconds": round(time.time() - t0, 1)}
+        if per_shape and nested:
+            rep["nested_cv"] = nested_doc
         title = ("Calibration v4 per memory shape; cut-offs "
                  + ", ".join(f"{k} {v['value']}" for k, v in cutoffs.items())
                  if per_shape else
@@ -319,7 +341,10 @@ def calibrate_sessions(args: argparse.Namespace, engine: Engine) -> int:
                                           "met_on_tuning_parts": v["met_on_tuning_parts"],
                                           "at_cutoff": v["at_cutoff"]}
                                       for k, v in cutoffs.items()},
-                          "tuning_parts_out_of_fold": summary}, indent=2))
+                          "tuning_parts_out_of_fold": summary,
+                          "nested_cv": {sh: {k: v for k, v in n["all"].items()
+                                             if k != "intervals"}
+                                        for sh, n in nested_doc.items()}}, indent=2))
     else:
         print(json.dumps({"cutoff": doc["cutoff"]["value"],
                           "met_on_tuning_parts": doc["cutoff"]["met_on_tuning_parts"],
@@ -335,6 +360,18 @@ def _label_path(spec: str, flag: str) -> tuple[str, str]:
     if not label or not path:
         raise ConfigError(f"{flag} {spec}: give LABEL=PATH")
     return label, path
+
+
+def _number(value: str, flag: str) -> float:
+    from engram_eval.errors import ConfigError
+
+    try:
+        x = float(value)
+    except ValueError:
+        raise ConfigError(f"{flag}: {value!r} is not a number") from None
+    if not x > 0 or x == float("inf"):
+        raise ConfigError(f"{flag}: {value!r} must be a positive finite number")
+    return x
 
 
 def _pairs_of(specs: list[str], flag: str, form: str) -> dict[str, str]:
@@ -493,7 +530,8 @@ def measure(args: argparse.Namespace, engine: Engine) -> int:
         assert isinstance(cal, ShapeCalibration)
         doc = C.measure_runs(cal, runs, args.dataset, cutoff=cutoff,
                              candidates=engine.settings.candidates, bins=args.bins,
-                             resamples=args.resamples, seed=args.seed)
+                             resamples=args.resamples, seed=args.seed,
+                             order=engine.settings.result_order)
     else:
         doc = C.measure(engine, args.dataset, cutoff=cutoff, bins=args.bins,
                         resamples=args.resamples, seed=args.seed,
@@ -520,8 +558,10 @@ def measure(args: argparse.Namespace, engine: Engine) -> int:
                                 f"{doc['dataset']['sha256'][:12]}…"))
     exclusive_write(out, dump_json(doc))
     s, c = doc["summary"], doc["at_cutoff"]
-    print(json.dumps({"label": label, "n": s["n"], "ece": s["ece"], "brier": s["brier"],
+    print(json.dumps({"label": label, "result_order": doc["result_order"], "n": s["n"],
+                      "ece": s["ece"], "brier": s["brier"],
                       "auroc": s["auroc"], "aurc": s["aurc"], "at_cutoff": c,
+                      "order_comparison": doc["order_comparison"],
                       "intervals": {k: [v["lo"], v["hi"]]
                                     for k, v in doc["intervals"].items()}}, indent=2))
     return 0

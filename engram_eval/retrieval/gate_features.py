@@ -23,6 +23,9 @@ the analyser (:class:`engram_eval.retrieval.analyzer.Analyzer`):
   best turn's logit under ``rerank_unit: turn``);
 * ``rerank_z``: that logit standardised over the reranked candidates of the spread
   ``(x_i - mean) / std`` (population std; None when fewer than 2 or std 0);
+* ``rerank_prob_first`` (context, issue 45): the sigmoid of the first result's
+  ``rerank_logit``; ``rerank_margin_first`` (context): the first result's ``rerank_logit``
+  minus the second's (None unless both were reranked);
 * ``first_stage_rank``: ``log(fused_rank)`` (0 when the first stage also ranked it first);
 * ``rerank_agreement``: Kendall's tau-b between ``fused_rank`` and ``rerank_rank`` over the
   reranked candidates of the spread (question context; ``scipy.stats.kendalltau``);
@@ -176,6 +179,19 @@ def rerank_z(v: QuestionView, i: int) -> float | None:
     return _z(rerank_logit(v, i), vals)
 
 
+def rerank_prob_first(v: QuestionView, i: int) -> float | None:
+    """The cross-encoder's probability (sigmoid of its logit) of the question's first
+    result (context)."""
+    x = rerank_logit(v, 0)
+    return None if x is None else 1.0 / (1.0 + math.exp(-x))
+
+
+def rerank_margin_first(v: QuestionView, i: int) -> float | None:
+    """The first result's cross-encoder logit minus the second's (context)."""
+    a, b = rerank_logit(v, 0), rerank_logit(v, 1)
+    return None if a is None or b is None else a - b
+
+
 def first_stage_rank(v: QuestionView, i: int) -> float | None:
     r = _num(v.trace(i).get("fused_rank"))
     return math.log(r) if r is not None and r >= 1 else None
@@ -303,6 +319,10 @@ class Feature:
 FEATURES: tuple[Feature, ...] = (
     Feature("rerank_logit", rerank_logit, False, "cross-encoder raw score (best turn's logit)"),
     Feature("rerank_z", rerank_z, False, "that logit standardised over the reranked candidates"),
+    Feature("rerank_prob_first", rerank_prob_first, True,
+            "cross-encoder probability (sigmoid of the logit) of the first result"),
+    Feature("rerank_margin_first", rerank_margin_first, True,
+            "the first result's cross-encoder logit minus the second's"),
     Feature("first_stage_rank", first_stage_rank, False, "log of the first-stage (fused) rank"),
     Feature("rerank_agreement", rerank_agreement, True,
             "Kendall tau of fused rank vs rerank rank over the reranked candidates"),

@@ -110,22 +110,31 @@ NOT_PER_SHAPE = "engram_eval/production/data/calibration_v2.json"
 
 
 def test_gate_cutoff_and_limit(tmp_path, calibrated):
+    """Results in the pipeline's order (issue 45): with no cut-off every candidate, in the
+    candidates' (pipeline) order; the limit takes the pipeline's first; a cut-off drops the
+    later candidates under it, and abstains when the first is under it."""
     path = _store(tmp_path, calibrated, MEMS)
     with MemoryStore.open(path, _engine(calibrated)) as st:
         q = "What breed is the puppy I adopted?"
         everything = st.search(q, now="2024-05-01", limit=100, min_confidence=0.0)
-        confs = sorted((r.confidence for r in everything.results), reverse=True)
-        assert len(confs) == len(MEMS)
+        confs = [c["confidence"] for c in everything.candidates]  # the pipeline's order
+        assert len(everything.results) == len(MEMS)
         assert all(0.0 <= c <= 1.0 for c in confs)
+        assert [r.id for r in everything.results] == [c["id"] for c in everything.candidates]
         assert [r.confidence for r in everything.results] == confs
         top = st.search(q, now="2024-05-01", limit=2, min_confidence=0.0)
-        assert len(top.results) == 2
         assert [r.confidence for r in top.results] == confs[:2]
-        cut = (confs[1] + confs[2]) / 2 if confs[1] > confs[2] else confs[1]
+        later = sorted(set(confs[1:]))
+        cut = min(confs[0], later[len(later) // 2])  # the first passes, some later do not
         gated = st.search(q, now="2024-05-01", limit=100, min_confidence=cut)
         assert all(r.confidence >= cut for r in gated.results)
-        assert len(gated.results) == sum(1 for c in confs if c >= cut)
-        above = max(c["confidence"] for c in everything.candidates)
+        assert [r.confidence for r in gated.results] == [c for c in confs if c >= cut]
+        assert gated.results[0].id == everything.candidates[0]["id"]
+        if max(confs) > confs[0]:  # a cut-off above the first: abstain, whatever the rest
+            over = st.search(q, now="2024-05-01", limit=3,
+                             min_confidence=(confs[0] + max(confs)) / 2)
+            assert over.results == ()
+        above = max(confs)
         nothing = st.search(q, now="2024-05-01", limit=3, min_confidence=min(1.0, above + 1e-9))
         if above < 1.0:
             assert nothing.results == ()

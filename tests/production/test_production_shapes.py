@@ -514,17 +514,20 @@ def test_measure_reads_a_v4_calibration_over_runs_at_the_shapes_cutoff(
     two = json.loads((tmp_path / "two.json").read_text())
     assert two["candidates_per_question"] == 2
     for t, rec in zip(two["questions"], part.records, strict=True):
-        conf = model.confidences(rec["x"][:2])
-        assert t["top"] == rec["candidates"][int(np.argmax(conf))]
+        conf = model.confidences(rec["x"][:2])  # the pipeline's first (issue 45)
+        assert (t["top"], t["confidence"]) == (rec["candidates"][0], pytest.approx(conf[0]))
     for doc in docs.values():
-        assert doc["shape"] == "chat"
+        assert doc["shape"] == "chat" and doc["result_order"] == "pipeline"
         assert doc["manifest"]["settings"]["measure"]["runs"] == {run.name: sha256_file(run)}
+        by_conf = 0  # the most confident candidate's rightness: the order before issue 45
         for t, rec in zip(doc["questions"], part.records, strict=True):
             conf = model.confidences(rec["x"])
-            i = int(np.argmax(conf))
-            assert (t["question_id"], t["top"]) == (rec["question_id"], rec["candidates"][i])
-            assert t["confidence"] == pytest.approx(conf[i], abs=1e-12)
+            assert (t["question_id"], t["top"]) == (rec["question_id"], rec["candidates"][0])
+            assert t["confidence"] == pytest.approx(conf[0], abs=1e-12)
             assert t["correct"] == int(not rec["unanswerable"] and t["top"] in rec["gold"])
+            best = rec["candidates"][int(np.argmax(conf))]
+            by_conf += int(not rec["unanswerable"] and best in rec["gold"])
+        assert doc["orders"]["confidence"]["summary"]["correct"] == by_conf
         returned = [t for t in doc["questions"] if t["confidence"] >= doc["cutoff"]]
         assert doc["at_cutoff"]["returned"] == len(returned)
     refused = tmp_path / "refused.json"
@@ -683,7 +686,7 @@ def test_the_default_gate_is_fitted_under_the_package_defaults() -> None:
     )
     from engram_eval.production.settings import DEFAULT_CALIBRATION, ProductionSettings, data_file
 
-    assert DEFAULT_CALIBRATION.endswith("calibration_v6.json")
+    assert DEFAULT_CALIBRATION.endswith("calibration_v7.json")
     cal = load_calibration(data_file(DEFAULT_CALIBRATION))
     assert isinstance(cal, ShapeCalibration)
     defaults = ProductionSettings()
@@ -693,8 +696,11 @@ def test_the_default_gate_is_fitted_under_the_package_defaults() -> None:
     engine = Engine(defaults)  # the real default model files, checked as a search checks them
     assert engine.applies_calibration() and engine.calibration().path == cal.path
     check_calibration(cal, engine.embedding_ref.sha256, defaults.retrieval_part())
-    recorded = json.loads(data_file("engram_eval/production/data/settings_v6.json").read_text())
-    assert ProductionSettings.from_recorded(recorded).retrieval_part() == defaults.retrieval_part()
+    recorded = json.loads(data_file("engram_eval/production/data/settings_v7.json").read_text())
+    assert ProductionSettings.from_recorded(recorded) == defaults.replace(
+        calibration=DEFAULT_CALIBRATION)  # every field, the gate's included
+    for shape in cal.models:  # fitted with the pipeline's first as the top result
+        assert "pipeline's first" in (cal.for_shape(shape).record or {})["fit"]["top_result"]
     assert defaults.reranker_model == "engram-ce-minilm-v4" and defaults.rerank_prior == "score"
     for shape in ("chat", "people", "short"):
         assert 0.0 < float(cal.for_shape(shape).cutoff) < 1.0

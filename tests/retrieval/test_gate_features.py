@@ -39,6 +39,13 @@ def test_reranker_features() -> None:
     assert G.first_stage_rank(v, 1) == 0.0  # log(1): the first stage agrees
     # fused ranks (2, 1) vs rerank ranks (1, 2): every pair discordant
     assert G.rerank_agreement(v, 0) == pytest.approx(-1.0)
+    # the first result's probability and margin over the second: the question's context
+    for i in (0, 1, 2):
+        assert G.rerank_prob_first(v, i) == pytest.approx(1.0 / (1.0 + math.exp(-3.0)))
+        assert G.rerank_margin_first(v, i) == pytest.approx(3.0 - 1.0)
+    one = G.make_view(v.text, v.question_date, (S1, S2, S3), ["s1", "s2", "s3"],
+                      TRACES[:1], NEW, None)
+    assert G.rerank_prob_first(one, 0) is not None and G.rerank_margin_first(one, 0) is None
 
 
 def test_score_spread_features() -> None:
