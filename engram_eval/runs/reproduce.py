@@ -187,11 +187,10 @@ def _verify_run(root: Path, entry: Mapping[str, Any], published: Path, dataset: 
         if entry.get("commit"):
             args += ["--sources-at", str(entry["commit"])]
         if tree == root:  # today's code, in this process's package
-            from engram_eval.runs.verify import verify
-
             # the recorded sources against the entry's commit where this package's code is
             # that checkout's; a catalogue of another checkout: against the installed package
             from engram_eval.io import package_root
+            from engram_eval.runs.verify import verify
 
             own = package_root().resolve() == root.resolve()
             rep = verify(published, dataset, rerun=k, rerun_seed=0,
