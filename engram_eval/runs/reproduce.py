@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError
-from engram_eval.io import sha256_file
+from engram_eval.io import atomic_write, sha256_file
 from engram_eval.provenance import catalog as C
 
 #: Data file suffixes searched under the ``data`` folders.
@@ -146,7 +146,7 @@ def _stage_inputs(root: Path, entry: Mapping[str, Any], stage: Path) -> None:
                     else C.git_blob(root, str(entry["at"]), name))
             if blob is not None:
                 (stage / name).parent.mkdir(parents=True, exist_ok=True)
-                (stage / name).write_bytes(blob)
+                atomic_write(stage / name, blob)
 
 
 def _run(root: Path, entry: Mapping[str, Any], data: Sequence[str | Path], here: bool,
@@ -173,7 +173,7 @@ def _published_run(root: Path, entry: Mapping[str, Any], held: Path) -> Path:
     for rel in [entry["path"], *C.companions(entry["path"])]:
         blob = C.git_blob(root, str(entry["at"]), rel)
         if blob is not None:
-            (held / Path(rel).name).write_bytes(blob)
+            atomic_write(held / Path(rel).name, blob)
     return out
 
 
@@ -268,7 +268,7 @@ def _derived(root: Path, entry: Mapping[str, Any], data: Sequence[str | Path], h
             published = out / ("published-" + target.name)
             blob = (C.git_blob(root, str(entry["at"]), str(entry["path"])) if entry.get("at")
                     else (root / entry["path"]).read_bytes())
-            published.write_bytes(blob or b"")
+            atomic_write(published, blob or b"")
             paths = json_differences(published, made)
             code_only = here and paths is not None and bool(paths) and all(
                 set(x.split("/")) & CODE_KEYS for x in paths)
