@@ -89,7 +89,7 @@ def temporal_windows(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 SUMMARY_FIELDS = ("fingerprint", "dataset", "dataset_sha256", "retriever", "n_questions",
                   "rows_sha256", "protocols", "temporal_windows", "unparsable_dates",
                   "gold_absent_from_haystack", "evidence_unresolved", "frozen_source",
-                  "heldout_questions")
+                  "heldout_questions", "gold_overlay", "protocols_audited")
 #: The summary key (and ``engram-eval score``'s count) of questions whose answer session ids
 #: are not all in their haystack.
 GOLD_ABSENT = "gold_absent_from_haystack"
@@ -153,13 +153,15 @@ def build_summary(rows: Sequence[Mapping[str, Any]], protocols: Sequence[str], *
                   gold_absent_from_haystack: int | None = None,
                   evidence_unresolved: Mapping[str, Sequence[str]] | None = None,
                   frozen_source: Mapping[str, Any] | None = None,
-                  heldout_questions: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  heldout_questions: Mapping[str, Any] | None = None,
+                  audited: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The summary file's content (see the module docstring); ``unparsable_dates``,
     ``gold_absent_from_haystack`` and ``evidence_unresolved`` (from the dataset, by the
     runner and by merge), ``frozen_source`` (the sidecar's record of a frozen manifest) and
     ``heldout_questions`` (the sidecar's label of a run of a split's source: "contains
     held-out questions: not a measurement", :func:`engram_eval.provenance.guard.source_label`)
-    are written when given."""
+    and ``audited`` (``{gold_overlay, protocols_audited}`` of a run with ``--gold-overlay``,
+    :func:`engram_eval.scoring.audited.audited_summary`) are written when given."""
     out = {"fingerprint": fingerprint, "dataset": dataset, "dataset_sha256": dataset_sha256,
            "retriever": retriever, "n_questions": len(rows), "rows_sha256": rows_sha256,
            **summarize_rows(rows, protocols)}
@@ -173,6 +175,8 @@ def build_summary(rows: Sequence[Mapping[str, Any]], protocols: Sequence[str], *
         out["frozen_source"] = dict(frozen_source)
     if heldout_questions is not None:
         out["heldout_questions"] = dict(heldout_questions)
+    if audited is not None:
+        out.update(audited)
     return out
 
 
@@ -198,4 +202,14 @@ def format_summary(summary: Mapping[str, Any], metric_names: Sequence[str] = TAB
     if absent:
         lines.append(f"gold absent from the haystack: {absent} question(s), scored as missed")
         lines.append("")
+    overlay = summary.get("gold_overlay")
+    if overlay and summary.get("protocols_audited"):
+        lines.append(f"audited gold ({overlay['name']}, sha256 {overlay['sha256'][:12]}…): "
+                     f"{overlay['n_evidence_changed']} selected item(s) with corrected "
+                     f"evidence, {overlay['n_gold_changed']} with changed gold sessions, "
+                     f"{len(overlay['no_gold'])} left with no gold "
+                     f"{overlay['no_gold'][:5] if overlay['no_gold'] else ''}".rstrip())
+        lines.append("")
+        lines.append(format_summary({"protocols": summary["protocols_audited"]},
+                                    metric_names).replace("protocol=", "audited protocol="))
     return "\n".join(lines)
