@@ -60,7 +60,7 @@ echo "== 2. paired compares on both golds (B = default)"
 for b in bm25_only memo_lexical; do
   "$E" compare "$O/$b.jsonl.gz" "$O/default.jsonl.gz" --protocol locomo --cluster id-prefix \
     --gold-overlay "$AUDIT" --dataset "$LOCOMO" \
-    --output "$O/compare_default_vs_$b.json" | tail -n 12
+    --output "$O/compare_default_vs_$b.json" | tail -n 45
 done
 
 echo "== 3. report page"

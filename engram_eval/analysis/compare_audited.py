@@ -80,14 +80,21 @@ def with_block(rep: Mapping[str, Any], a: FinishedRun, b: FinishedRun,
 
 
 def format_audited(rep: Mapping[str, Any]) -> str:
-    """The lines ``compare`` prints after the report on the dataset's gold."""
+    """The lines ``compare`` prints after the report on the dataset's gold (the headline
+    metrics, as :func:`engram_eval.analysis.compare.format_report`)."""
     block, aud = rep["gold_overlay"], rep["audited"]
     lines = ["", f"audited gold: {block['name']} (sha256 {block['sha256'][:12]}…): "
              f"{block['n_evidence_changed']} compared item(s) with corrected evidence, "
              f"{block['n_gold_changed']} with changed gold sessions; audited n={aud['n']}"]
-    for name, m in rep["verdict_moved"].items():
+    from engram_eval.analysis.compare import HEADLINE
+
+    names = [m for m in HEADLINE if m in rep["verdict_moved"]] or list(rep["verdict_moved"])
+    for name in names:
+        m = rep["verdict_moved"][name]
         e = aud["groups"]["overall"]["metrics"][name]
         lines.append(f"  {name:<15} delta {m['delta']:+.4f} -> audited {m['delta_audited']:+.4f} "
                      f"[{e['ci'][0]:+.4f}, {e['ci'][1]:+.4f}]  {m['verdict']} -> "
                      f"{m['verdict_audited']}" + ("  (verdict moved)" if m["moved"] else ""))
+    moved = [n for n, m in rep["verdict_moved"].items() if m["moved"]]
+    lines.append(f"  verdicts moved: {', '.join(moved) or 'none'}")
     return "\n".join(lines)
