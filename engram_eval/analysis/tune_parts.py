@@ -46,6 +46,7 @@ from engram_eval.errors import ConfigError
 from engram_eval.retrieval import fusion as F
 from engram_eval.retrieval.settings import (
     LEGACY_VALUES,
+    STRUCTURE_DENSE_FIELDS,
     STRUCTURE_LEXICAL_FIELDS,
     STRUCTURE_TURN_FIELDS,
     RetrievalSettings,
@@ -144,12 +145,14 @@ def tune_parts(runs: Sequence[str | Path], grid_path: str | Path, output: str | 
                 field_report[name] = {"shared": a}
     else:
         field_report = {k: {main: v} for k, v in main_fields.items()}
-    if "people" in chosen and main == "chat":  # the people runs' own analyser, if it differs
+    if "people" in chosen and main == "chat":  # the people runs' own analyser, turn
+        # aggregation and encoder, where they differ
         # each side as its run recorded it, a field the run predates at its legacy value
         # (never a later default): a field both runs had at that value is no override
         people_cfg = RetrievalSettings.of(
             _as_recorded(groups["people"][0].run_cfg)).for_chat_roles(False)
-        for name in (*STRUCTURE_LEXICAL_FIELDS, *STRUCTURE_TURN_FIELDS):
+        for name in (*STRUCTURE_LEXICAL_FIELDS, *STRUCTURE_TURN_FIELDS,
+                     *STRUCTURE_DENSE_FIELDS):
             a, b = _as_recorded(config).get(name), getattr(people_cfg, name)
             if a != b:
                 overrides[name] = b

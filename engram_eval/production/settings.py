@@ -95,6 +95,11 @@ RECORD_LEGACY: dict[str, Any] = {
     "people_overrides": {"normalisation": "zscore", "temporal": False,
                          "weight_bm25_user": 1.0, "rerank": False}}
 
+#: Production's ``people_overrides`` default (:class:`ProductionSettings`).
+PRODUCTION_PEOPLE_OVERRIDES: dict[str, Any] = {"temporal": False, "weight_bm25_user": 1.0,
+                                               "weight_bm25_prf": 0.0,
+                                               "lexical_speaker": "prefix", "rerank": False}
+
 #: The older flat record (published runs, calibration_v1.json) -> these field names.
 _LEGACY_NAMES = {"piece_words": "dense_piece_words", "piece_overlap": "dense_piece_overlap",
                  "weight_bm25": "weight_bm25_user"}
@@ -112,6 +117,14 @@ class ProductionSettings(RetrievalSettings):
     """Every setting of production search: the retrieval settings (package defaults) plus
     the gate. Validated on construction like its retrieval part."""
 
+    # A memory is one user text (production.search.memory_sessions), so people_overrides
+    # never act in production: they keep the package's people settings from before the
+    # people's encoder (PROVENANCE.md section 22), the ones calibrations v5 and v6 were
+    # fitted under, rather than load and record an encoder production search never uses.
+    people_overrides: dict = _f(dict(PRODUCTION_PEOPLE_OVERRIDES),
+                                "the retrieval settings' people_overrides; inert in production "
+                                "search (every memory is one user text, so every haystack has "
+                                "chat roles). YAML only.", group="fusion", cli=False)
     candidates: int = _f(10, "memories, best first after the retrieval pipeline, that get a "
                          "confidence", group=GATE_GROUP, lo=1, hi=10000)
     excerpt_retry: bool = _f(False, "a candidate the gate rejects tries one focused excerpt; "

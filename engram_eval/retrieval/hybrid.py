@@ -7,6 +7,9 @@ derived from them. Per question (one corpus per question, nothing shared but cac
 1. Documents: per session its user text and its assistant text. A corpus without chat roles
    (LoCoMo: speakers' names) has every turn as user text and no assistant text
    (:func:`engram_eval.data.records.has_chat_roles`, decided once per corpus in ``index``).
+   The structure also picks the encoder: ``people_overrides`` may name another one for
+   people's chats (:class:`~.holder.ModelHolder` holds one per structure), so pieces are cut
+   with that model's tokenizer and encoded by it, the question too.
 2. Signals (each computed when its ``use_*`` switch is on, and traced even at weight 0):
    ``dense`` (best user piece, :mod:`.dense`), ``bm25_user``, ``bm25_assistant``,
    ``bm25_turn`` (BM25 over single user turns, a session scoring its best turn, or the
@@ -90,6 +93,7 @@ from typing import Any
 from engram_eval.data.records import (
     Question,
     Session,
+    has_chat_roles,
 )
 from engram_eval.retrieval import pipeline as P
 from engram_eval.retrieval.base import Ranking, ScoredSession
@@ -141,8 +145,9 @@ class HybridRetriever:
         return d
 
     # -- models (held by self.holder) ----------------------------------------------
-    def encoder(self) -> Any:
-        return self.holder.encoder()
+    def encoder(self, chat_roles: bool = True) -> Any:
+        """The encoder of haystacks of this structure (:meth:`.holder.ModelHolder.encoder`)."""
+        return self.holder.encoder(chat_roles)
 
     def cross_encoder(self) -> Any:
         return self.holder.cross_encoder()
@@ -159,10 +164,13 @@ class HybridRetriever:
         """Stage 0 of :mod:`.pipeline` over the question's haystack."""
         c = self.settings
         self._qtrace = {}
+        # the structure decides the encoder (people's chats may have their own) before any
+        # piece is cut or encoded; build_corpus decides it again, by the same rule
+        roles = has_chat_roles(sessions)
         encode = None
         if c.use_dense:
-            encode = self.encoder().encode
-        count_tokens, token_limit = self.holder.token_counter()
+            encode = self.encoder(roles).encode
+        count_tokens, token_limit = self.holder.token_counter(roles)
         self._corpus = P.build_corpus(sessions, c, encode=encode, count_tokens=count_tokens,
                                       token_limit=token_limit)
         self._sessions = self._corpus.sessions
@@ -173,7 +181,8 @@ class HybridRetriever:
         c = self.settings
         st = P.run_pipeline(question.question_id, question.question, question.question_date,
                             c, self._corpus,
-                            encode=self.encoder().encode if c.use_dense else None,
+                            encode=(self.encoder(self._chat_roles).encode if c.use_dense
+                                    else None),
                             score_pairs=self.score_pairs if c.reranks_any() else None)
         self._qtrace = {(question.question_id, question.question): dict(st.qtrace)}
         sessions = self._sessions

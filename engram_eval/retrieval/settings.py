@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from engram_eval.errors import ConfigError
 
@@ -50,6 +50,10 @@ STRUCTURE_LEXICAL_FIELDS = ("lexical_tokenizer", "lexical_stemmer", "lexical_sto
 #: Turn-level aggregation fields that may differ by chat structure: how many of a session's
 #: best turns its turn-level signals add up (a people's session holds both speakers' turns).
 STRUCTURE_TURN_FIELDS = ("bm25_turn_top_m", "dense_turn_top_m")
+#: Dense fields that may differ by chat structure: the encoder and how it runs (people's chats
+#: are encoded by a model trained on them, :class:`~engram_eval.retrieval.holder.ModelHolder`
+#: holding one encoder per structure; the piece rule stays one choice for every haystack).
+STRUCTURE_DENSE_FIELDS = ("embedding_model", "embedding_backend", "embedding_precision")
 
 #: The rerank fields a reranker's settings card chooses (the configuration the model was
 #: measured with; :func:`apply_model_card`). A model without such a card gets, for each of
@@ -67,14 +71,26 @@ GENERIC_RERANK: dict[str, Any] = {"reranker_backend": "sentence_transformers",
 #: conversations beside the LongMemEval tune part and run once on the held-out conversations
 #: (PROVENANCE.md section 18, results/turn_top_m/topm_first_stage.yaml: what differs from
 #: the chat settings; before it, section 14's results/lexical/tuned_first_stage.yaml and
-#: section 7's results/structure/tuned_by_structure.yaml).
+#: section 7's results/structure/tuned_by_structure.yaml), then with the people's encoder
+#: chosen out of fold (section 22, results/dense_encoder/encoder_choice.json, the held-out
+#: conversations run once with benchmarks/locomo/conv_v1_people_config.yaml).
 PEOPLE_DEFAULTS: dict[str, Any] = {"temporal": False, "weight_bm25_user": 1.0,
+                                   # the people fusion chosen with the people's encoder,
+                                   # out of fold (PROVENANCE.md section 22)
+                                   "weight_bm25_turn": 1.0,
                                    "weight_bm25_prf": 0.0,
                                    # "NAME: text" in the BM25 documents (section 14)
                                    "lexical_speaker": "prefix",
                                    # people's chats are not reranked: the shipped reranker's
                                    # card chose so (PROVENANCE.md sections 11 and 12)
-                                   "rerank": False}
+                                   "rerank": False,
+                                   # people's chats are encoded by the encoder trained here
+                                   # (engram_eval/models/engram-minilm-conv-v1, its stored
+                                   # int8 graph; PROVENANCE.md section 22); chats keep
+                                   # all-MiniLM-L6-v2, which it did not beat on them
+                                   "embedding_model": "engram-minilm-conv-v1",
+                                   "embedding_backend": "onnx",
+                                   "embedding_precision": "int8"}
 
 #: Fields added after runs were published, with the value that reproduces a run recorded
 #: before the field existed (its sidecar lacks the key). ``verify --rerun`` rebuilds such a
@@ -264,13 +280,14 @@ class RetrievalSettings:
                                 group="fusion", lo=0.0, hi=10.0)
     weight_dense_rocchio: float = _f(0.0, "fusion weight of the Rocchio dense signal",
                                      group="fusion", lo=0.0, hi=10.0)
-    people_overrides: dict = _f(dict(PEOPLE_DEFAULTS), "fusion and temporal settings that replace the ones above "
+    people_overrides: dict = _f(dict(PEOPLE_DEFAULTS), "settings that replace the ones above "
                                 "for a haystack WITHOUT chat roles (people talking to each "
                                 "other, e.g. LoCoMo; decided per haystack by "
                                 "engram_eval.data.records.has_chat_roles): a mapping field -> "
-                                "value over the fusion and temporal fields; empty = one set of "
-                                "settings for every haystack. YAML only.", group="fusion",
-                                cli=False)
+                                "value over the fusion and temporal fields, the per-structure "
+                                "lexical, turn, encoder (embedding model, backend, precision) "
+                                "and rerank fields; empty = one set of settings for every "
+                                "haystack. YAML only.", group="fusion", cli=False)
     # temporal
     temporal: bool = _f(True, "boost sessions dated inside the question's time window",
                         group="temporal")
@@ -354,12 +371,14 @@ class RetrievalSettings:
                        if (f.metadata.get("group") in STRUCTURE_GROUPS
                            or f.name in STRUCTURE_RERANK_FIELDS
                            or f.name in STRUCTURE_LEXICAL_FIELDS
-                           or f.name in STRUCTURE_TURN_FIELDS)
+                           or f.name in STRUCTURE_TURN_FIELDS
+                           or f.name in STRUCTURE_DENSE_FIELDS)
                        and f.name != "people_overrides"}
             bad = sorted(str(k) for k in self.people_overrides if k not in allowed)
             if bad:
                 raise ConfigError(f"config field people_overrides: {bad[0]!r} is not a fusion, "
-                                  f"temporal, per-structure lexical, turn or rerank field; "
+                                  f"temporal, per-structure lexical, turn, encoder or rerank "
+                                  f"field; "
                                   f"allowed: {sorted(allowed)}")
             # Checked on the retrieval fields alone: a subclass's own fields (a RunConfig's
             # --shard, ...) are its own to check and never reported as people_overrides.
@@ -480,6 +499,24 @@ def describe_settings(settings: RetrievalSettings) -> dict[str, Any]:
             continue
         out.setdefault(g, {})[f.name] = getattr(settings, f.name)
     return out
+
+
+_S = TypeVar("_S", bound="RetrievalSettings")
+
+
+def encoder_given(settings: _S, explicit: Collection[str]) -> _S:
+    """``settings`` where an encoder was given explicitly (``explicit``: CLI flags and YAML
+    keys naming one of :data:`STRUCTURE_DENSE_FIELDS`): that encoder serves every haystack,
+    so the encoder fields of ``people_overrides`` are dropped, unless ``people_overrides`` was
+    given too (then it says what people's chats use). ``--embedding-model X`` measures X on
+    chats and people's chats alike, never X beside the default people's encoder."""
+    if "people_overrides" in explicit or not set(explicit) & set(STRUCTURE_DENSE_FIELDS):
+        return settings
+    given = dict(settings.people_overrides or {})
+    kept = {k: v for k, v in given.items() if k not in STRUCTURE_DENSE_FIELDS}
+    if kept == given:
+        return settings
+    return dataclasses.replace(settings, people_overrides=kept)
 
 
 def apply_model_card(settings: RetrievalSettings, card: Mapping[str, Any] | None,

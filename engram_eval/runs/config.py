@@ -380,12 +380,17 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 def resolve_model_settings(config: RunConfig, explicit: set[str]) -> RunConfig:
     """``config`` with its reranker's chosen settings applied to every rerank field the user
     did not give (``explicit``: CLI flags and YAML keys), and ``settings_sources`` saying
-    where each came from (:func:`engram_eval.retrieval.settings.apply_model_card`). A run
+    where each came from (:func:`engram_eval.retrieval.settings.apply_model_card`); an
+    encoder given explicitly serves every structure
+    (:func:`engram_eval.retrieval.settings.encoder_given`). A run
     rebuilt from a sidecar (``verify --rerun``, the frozen manifest) is not resolved again:
     its recorded values are the resolved ones."""
     from engram_eval.retrieval.models import model_settings_card, resolve_model
-    from engram_eval.retrieval.settings import apply_model_card
+    from engram_eval.retrieval.settings import apply_model_card, encoder_given
 
+    # an encoder given explicitly serves every structure (the default people's encoder
+    # applies only where none was given)
+    config = encoder_given(config, explicit)
     if not config.reranks_any() or config.retriever not in ("hybrid", "dense", "bm25"):
         return config
     card, label = model_settings_card(resolve_model(config.reranker_model, "reranker"))

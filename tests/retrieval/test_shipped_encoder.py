@@ -181,3 +181,102 @@ def test_the_shipped_encoder_resolves_offline_with_its_card() -> None:
     parts = card["training_card"]["parts"]
     assert len(parts) == 2 and all(p["split_part"] == "tune" for p in parts)
     assert card["training_card"]["excluded_questions"]["fold"] is None
+
+
+# ------------------------------------------------------------ one encoder per structure
+LOCOMO = ROOT / "fixtures" / "locomo_tiny.json"
+PEOPLE_ENCODER = {"embedding_model": NAME, "embedding_backend": "onnx",
+                  "embedding_precision": "int8"}
+
+
+def _rows(path: Path) -> list[tuple[str, list[str], list[float]]]:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [(r["question_id"], r["ranked_session_ids"], r["scores"]) for r in rows]
+
+
+def _structure_run(tmp: Path, name: str, data: Path, config: dict, *flags: str) -> Path:
+    import yaml
+
+    cfg = tmp / f"{name}.yaml"
+    cfg.write_text(yaml.safe_dump(config))
+    out = tmp / f"{name}.jsonl"
+    assert cli.main(["run", str(data), "--config", str(cfg), "--no-rerank", "--no-progress",
+                     "--cache-dir", str(tmp / "cache"), *flags, "--output", str(out)]) == 0
+    return out
+
+
+def test_people_chats_take_their_own_encoder(shipped: Path, tiny_embedding_model: str,
+                                             tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``people_overrides`` naming an encoder: a people's haystack is encoded by it exactly as
+    a run naming it for every haystack, a chat haystack by the run's own encoder exactly as a
+    run without the override; both models are recorded, each loaded only where used, and
+    ``verify --rerun`` re-executes the run."""
+    from engram_eval.runs.reader import read_run
+    from engram_eval.runs.verify import verify
+
+    monkeypatch.setenv("ENGRAM_EVAL_CACHE", str(tmp_path / "cache"))  # the rerun's exports
+    base = {"embedding_model": tiny_embedding_model, "people_overrides": {}}
+    split = {"embedding_model": tiny_embedding_model, "people_overrides": PEOPLE_ENCODER}
+    people = _structure_run(tmp_path, "people", LOCOMO, split)
+    people_alone = _structure_run(tmp_path, "people_alone", LOCOMO,
+                                  {**PEOPLE_ENCODER, "people_overrides": {}})
+    assert _rows(people) == _rows(people_alone)
+    chat = _structure_run(tmp_path, "chat", DATASET, split)
+    assert _rows(chat) == _rows(_structure_run(tmp_path, "chat_alone", DATASET, base))
+    shipped_sha = resolve_model(NAME, "embedding").sha256
+    tiny_sha = resolve_model(tiny_embedding_model, "embedding").sha256
+    for out in (people, chat):
+        meta = read_run(out).sidecar
+        assert [m["sha256"] for m in meta["models"] if m["role"] == "embedding"] == [
+            tiny_sha, shipped_sha]
+    # the people run never encoded with the chat encoder, the chat run never with people's
+    people_stats = read_run(people).sidecar["runs"][-1]["model_stats"]
+    chat_stats = read_run(chat).sidecar["runs"][-1]["model_stats"]
+    assert "embedding_people" in people_stats and "embedding" not in people_stats
+    assert "embedding" in chat_stats and "embedding_people" not in chat_stats
+    rep = verify(people, LOCOMO, rerun=3, rerun_seed=0)
+    assert rep.verified, rep.format()
+
+
+def test_an_encoder_given_explicitly_serves_every_structure(shipped: Path,
+                                                            tiny_embedding_model: str) -> None:
+    """The default people's encoder applies only where no encoder was given: a CLI flag or a
+    top-level YAML key naming one drops the encoder fields of ``people_overrides`` (the other
+    people settings stay); ``people_overrides`` given too says what people's chats use."""
+    from engram_eval.runs.config import RunConfig, resolve_model_settings
+
+    over = {"weight_bm25_user": 1.0, **PEOPLE_ENCODER}
+    cfg = RunConfig(people_overrides=over, rerank=False)
+    kept = resolve_model_settings(cfg, set())
+    assert kept.people_overrides == over
+    given = resolve_model_settings(cfg.replace(embedding_model=tiny_embedding_model),
+                                   {"embedding_model"})
+    assert given.people_overrides == {"weight_bm25_user": 1.0}
+    assert given.for_chat_roles(False).embedding_model == tiny_embedding_model
+    both = resolve_model_settings(cfg, {"embedding_precision", "people_overrides"})
+    assert both.people_overrides == over
+
+
+def test_a_people_encoder_is_checked_when_the_run_is_built(shipped: Path,
+                                                          tiny_embedding_model: str,
+                                                          tmp_path: Path) -> None:
+    """A people's encoder at a precision its stored graph lacks, or one that does not
+    resolve, is one clear error before any output is claimed."""
+    from engram_eval.retrieval.holder import ModelHolder
+    from engram_eval.retrieval.settings import RetrievalSettings
+
+    bad = RetrievalSettings(embedding_model=tiny_embedding_model,
+                            people_overrides={**PEOPLE_ENCODER, "embedding_precision": "fp32"})
+    with pytest.raises(ConfigError, match="stored as an ONNX int8 graph"):
+        ModelHolder(bad)
+    missing = RetrievalSettings(embedding_model=tiny_embedding_model,
+                                people_overrides={"embedding_model": str(tmp_path / "none")})
+    with pytest.raises(ModelUnavailableError):
+        ModelHolder(missing)
+    with pytest.raises(ConfigError, match="people_overrides"):
+        RetrievalSettings(people_overrides={"embedding_precision": "int4"})
+    holder = ModelHolder(RetrievalSettings(embedding_model=tiny_embedding_model,
+                                           people_overrides={}, rerank=False))
+    assert not holder.people_encoder_differs()
+    assert [m.role for m in holder.models()] == ["embedding", "embedding-onnx"]

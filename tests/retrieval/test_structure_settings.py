@@ -63,7 +63,7 @@ def test_a_haystack_without_assistant_role_takes_the_people_settings(tmp_path: P
 
 
 def test_people_overrides_are_validated_by_the_settings() -> None:
-    with pytest.raises(ConfigError, match="not a fusion, temporal, per-structure lexical, turn or rerank field"):
+    with pytest.raises(ConfigError, match="not a fusion, temporal, per-structure lexical, turn, encoder or rerank"):
         RetrievalSettings(people_overrides={"use_dense": False})
     with pytest.raises(ConfigError, match="people_overrides.*weight_dense"):
         RetrievalSettings(people_overrides={"weight_dense": -1.0})
@@ -284,3 +284,17 @@ def test_tune_over_two_parts_reports_each_fold(tmp_path: Path) -> None:
         assert pooled == pytest.approx(part["cv_estimate"])
         # each of the two questions alone picks the weight that ranks its gold first
         assert all(r["train_score"] == 1.0 and r["held_out_score"] == 1.0 for r in rows)
+
+
+def test_tune_over_two_parts_carries_the_people_runs_own_encoder(tmp_path: Path) -> None:
+    """A people run made with another encoder than the chat run (issue 42's people's encoder):
+    the written config encodes people's chats with it, the chats with the chat run's."""
+    enc = {"embedding_model": "engram-minilm-conv-v1", "embedding_precision": "int8"}
+    cfg, rep = _two_parts(tmp_path, {}, enc)
+    assert cfg["people_overrides"] == {"weight_bm25_user": 1.0, **enc}
+    assert rep["fields"]["embedding_model"] == {
+        "chat": RetrievalSettings().embedding_model, "people": "engram-minilm-conv-v1",
+        "from": "the runs"}
+    s = RetrievalSettings.of(cfg)
+    assert (s.embedding_model, s.for_chat_roles(False).embedding_model) == (
+        RetrievalSettings().embedding_model, "engram-minilm-conv-v1")
