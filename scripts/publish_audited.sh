@@ -20,8 +20,9 @@
 #    verify --dataset --gold-overlay --rerun $VERIFY_RERUN --rerun-seed 0, compress;
 # 2. compare_default_vs_{bm25_only,memo_lexical}.json: B = default, protocol locomo,
 #    resampled and tested by conversation (--cluster id-prefix), on both golds
-#    (--gold-overlay, --dataset);
-# 3. report_default_vs_bm25_only.html: the report page with its "Audited labels" block.
+#    (--gold-overlay, --dataset).
+# The report page with its "Audited labels" block is not published (4.5 MB for 1,986 items);
+# PROVENANCE section 24 gives the command that builds it from these files.
 set -euo pipefail
 LOCOMO="$1"
 AUDIT="$2"
@@ -33,7 +34,6 @@ O=results/locomo_audited
 PLANNED=()
 for n in default bm25_only memo_lexical; do PLANNED+=("$O/$n.jsonl" "$O/$n.jsonl.gz"); done
 for b in bm25_only memo_lexical; do PLANNED+=("$O/compare_default_vs_$b.json"); done
-PLANNED+=("$O/report_default_vs_bm25_only.html")
 mapfile -t PLANNED < <(with_companions "${PLANNED[@]}")
 refuse_existing "${PLANNED[@]}"
 if [ -n "$(git status --porcelain engram_eval benchmarks scripts)" ]; then
@@ -63,10 +63,5 @@ for b in bm25_only memo_lexical; do
     --output "$O/compare_default_vs_$b.json" | tail -n 45
 done
 
-echo "== 3. report page"
-"$E" report "$O/default.jsonl.gz" --against "$O/bm25_only.jsonl.gz" --dataset "$LOCOMO" \
-  --gold-overlay "$AUDIT" --cluster id-prefix --k 5 --trace-depth 5 \
-  --note "LoCoMo10, all ten conversations (the public benchmark; it holds the LoCoMo split's held-out conversations: not a choosing run), on the dataset's and the audit's evidence" \
-  --output "$O/report_default_vs_bm25_only.html"
 chmod 644 "$O"/*
 echo "done"
