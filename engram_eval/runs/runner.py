@@ -312,12 +312,15 @@ def _gold_overlay(path: str | Path | None, meta: dict[str, Any], source: Questio
     meta["selection"]["gold_overlay"] = overlay.record()
     meta["fingerprint"] = fingerprint_of(meta)
     block = overlay_block(overlay, source.iter_questions(ids), protocols)
-    if block["unresolved"] or block["no_gold"]:
-        _log.warning("%s: %d corrected item(s) name turns that do not exist (%s); %d are left "
-                     "with no corrected gold (%s) and leave every audited denominator "
-                     "(listed in the summary's gold_overlay)", path, len(block["unresolved"]),
-                     ", ".join(list(block["unresolved"])[:5]), len(block["no_gold"]),
-                     ", ".join(block["no_gold"][:5]))
+    said = []
+    if block["unresolved"]:
+        said.append(f"{len(block['unresolved'])} corrected item(s) name turns that do not "
+                    f"exist ({', '.join(list(block['unresolved'])[:5])})")
+    if block["no_gold"]:
+        said.append(f"{len(block['no_gold'])} item(s) are left with no corrected gold "
+                    f"({', '.join(block['no_gold'][:5])}) and leave every audited denominator")
+    if said:
+        _log.warning("%s: %s (listed in the summary's gold_overlay)", path, "; ".join(said))
     return block
 
 
