@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from engram_eval.io import sha256_file
+from engram_eval.provenance.catalog import SOURCES_AT as CATALOG_SOURCES_AT
 from engram_eval.runs.rows import is_compressed, scan_rows
 from engram_eval.runs.verify import FAIL, SOURCES_INSTALLED, verify
 
@@ -23,7 +24,7 @@ STALENESS = SOURCES_INSTALLED
 #: Files in results/ that document rather than measure, and the held-out ledger (itself a
 #: provenance record: every held-out run with its manifest and source fingerprints): no
 #: sidecar.
-EXEMPT_NAMES = ("PROVENANCE.md", "heldout_ledger.json")
+EXEMPT_NAMES = ("PROVENANCE.md", "heldout_ledger.json", "catalog.yaml")
 
 
 def is_exempt(p: Path) -> bool:
@@ -66,25 +67,9 @@ def check_run_files(result: Path) -> None:
     assert summary["fingerprint"] == json.loads(side.read_text())["fingerprint"], result
 
 
-#: Runs whose package sources are those of a commit before the one that added them (a
-#: publication that ran its steps at several commits): ``results/``-relative glob -> the commit
-#: whose sources they hash (PROVENANCE.md section 14, History).
-SOURCES_AT: dict[str, str] = {
-    "lexical/tune_*.jsonl.gz": "3fc137d",
-    "lexical/fold?_none.jsonl.gz": "8012952",
-    "lexical/fold?_d15_*.jsonl.gz": "8012952",
-    "lexical/fold?_d2?_*.jsonl.gz": "e5e84cc",
-    "lexical/heldout_*.jsonl.gz": "7784ff5",
-    "rerank_retrain/fold?_*.jsonl.gz": "fe62a1b",
-    "turn_top_m/topm_loc_*.jsonl.gz": "8c05107",
-    "turn_top_m/topm_lme_*.jsonl.gz": "08c99cf",
-    "turn_top_m/heldout_topm_lme_v3*.jsonl.gz": "188f844",
-    "turn_top_m/fold?_absent_*.jsonl.gz": "99b48bf",
-    "confidence_v5/locomo_tune_default.jsonl.gz": "4d1e35a",
-    "rerank_prior/fold?_score_*.jsonl.gz": "15028a5",
-    "rerank_prior/heldout_prior_lme_v4.jsonl.gz": "2ee10c4",
-    "confidence_v6/locomo_tune_default.jsonl.gz": "f594cca",
-}
+#: Runs whose package sources are those of a commit before the one that added them: the
+#: catalogue's record (engram_eval.provenance.catalog.SOURCES_AT), one copy.
+SOURCES_AT = CATALOG_SOURCES_AT
 
 
 def publishing_commit(path: Path) -> str | None:

@@ -1,6 +1,7 @@
 """Commands that check or hand out results: ``verify`` (re-check a published run), ``score``
 (score any system's rankings on identical definitions), ``export`` (rankings without
-conversation text) and ``trec`` (TREC run file and qrels)."""
+conversation text), ``trec`` (TREC run file and qrels), ``catalog`` (the catalogue of published
+results: write or check) and ``reproduce`` (re-execute a catalogued result)."""
 
 from __future__ import annotations
 
@@ -162,5 +163,81 @@ def cmd_trec(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_catalog(sub: Any) -> None:
+    c = sub.add_parser("catalog", help="the catalogue of published results "
+                       "(results/catalog.yaml): check it against the tree, or write it")
+    c.add_argument("--root", default=".", help="the checkout (default: the current folder)")
+    mode = c.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--check", action="store_true",
+                      help="list every difference between the catalogue and the tree (a "
+                      "published file not listed, a listed one absent, a hash or a recorded "
+                      "command that differs); exit status 1 when there is one")
+    mode.add_argument("--write", action="store_true",
+                      help="(re)write the catalogue from the tree: the sidecars, git history "
+                      "(the commit that added each file) and PROVENANCE.md's contents table; "
+                      "the written catalogue's archive is kept")
+    mode.add_argument("--archive", nargs="+", metavar="ID",
+                      help="move these entries to the catalogue's archive: each names the "
+                      "commit (HEAD) that holds its file, and the file and its companions are "
+                      "removed from the working tree once git holds them byte for byte "
+                      "(commit the removal and the catalogue next)")
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from engram_eval.io import atomic_write
+    from engram_eval.provenance import catalog as C
+
+    root = Path(args.root)
+    path = root / C.CATALOG
+    if args.write or args.archive:
+        kept = C.load(path).get("archive", []) if path.is_file() else []
+        cat = C.build(root, kept)
+        if args.archive:
+            cat = C.archive(root, cat, args.archive)
+        atomic_write(path, C.dump(cat))
+        print(f"wrote {path}: {len(cat['entries'])} entries, {len(cat['archive'])} archived")
+        return 0
+    if not path.is_file():
+        raise EngramEvalError(f"{path}: no catalogue (write it with engram-eval catalog --write)")
+    problems = C.check(root, C.load(path))
+    for line in problems:
+        print(f"[FAIL] {line}")
+    print("catalogue agrees with the tree" if not problems else
+          f"{len(problems)} difference(s); rewrite with engram-eval catalog --write after "
+          "checking them")
+    return 1 if problems else 0
+
+
+def add_reproduce(sub: Any) -> None:
+    r = sub.add_parser("reproduce", help="re-execute a catalogued result (results/catalog.yaml) "
+                       "and compare it with the published file")
+    r.add_argument("entry", metavar="ID", help="the catalogue id (a path under results/, a "
+                   "run's without .jsonl.gz) or the file's path")
+    r.add_argument("--root", default=".", help="the checkout (default: the current folder)")
+    r.add_argument("--data", action="append", default=[], metavar="PATH",
+                   help="a data file, or a folder searched for it, found by the sha256 the "
+                   "entry records (repeatable)")
+    r.add_argument("--here", action="store_true",
+                   help="with this checkout's code (today's), not in a clean worktree of the "
+                   "entry's commit")
+    r.add_argument("--questions", type=int, metavar="K",
+                   help="a run: re-rank K questions sampled with seed 0 (default: every "
+                   "question of the run)")
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from engram_eval.runs.reproduce import reproduce
+
+    out = reproduce(args.root, args.entry, data=args.data, here=args.here,
+                    questions=args.questions)
+    for line in out.lines:
+        print(line)
+    print("REPRODUCED" if out.ok else "NOT REPRODUCED")
+    return out.exit_code
+
+
 COMMANDS = {"verify": (add_verify, cmd_verify), "score": (add_score, cmd_score),
-            "export": (add_export, cmd_export), "trec": (add_trec, cmd_trec)}
+            "export": (add_export, cmd_export), "trec": (add_trec, cmd_trec),
+            "catalog": (add_catalog, cmd_catalog), "reproduce": (add_reproduce, cmd_reproduce)}

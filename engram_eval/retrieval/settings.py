@@ -577,15 +577,26 @@ def pipeline_line(settings: RetrievalSettings, origins: Mapping[str, str] | None
                   ) -> str:
     """One line naming the stages a hybrid run goes through with ``settings`` (printed by
     ``run``; ``origins``: where the rerank settings came from)."""
-    stages = ["signals " + "+".join(settings.signal_names()),
+    def encoder(s: RetrievalSettings) -> str:
+        return f"{s.embedding_model} {s.embedding_backend} {s.embedding_precision}"
+
+    people_settings = settings.for_chat_roles(False)
+    dense = ""
+    if settings.use_dense:
+        dense = f" (dense: {encoder(settings)}"
+        if encoder(people_settings) != encoder(settings):
+            dense += f"; people's chats: {encoder(people_settings)}"
+        dense += ")"
+    stages = ["signals " + "+".join(settings.signal_names()) + dense,
               f"{settings.fusion} fusion ({settings.normalisation})"
               if settings.fusion == "convex" else f"rrf fusion (k {settings.rrf_k:g})"]
     if settings.temporal:
-        stages.append(f"temporal x{settings.temporal_boost:g}")
+        stages.append(f"temporal x{settings.temporal_boost:g}"
+                      + ("" if people_settings.temporal else " (people's chats: off)"))
     if settings.reranks_any():
         src = sorted({v.split(" (")[0] for v in (origins or {}).values()
                       if not v.startswith("explicit")})
-        people = settings.for_chat_roles(False).rerank
+        people = people_settings.rerank
         stages.append(
             f"rerank {settings.reranker_model} ({settings.reranker_backend} "
             f"{settings.reranker_precision}, unit {settings.rerank_unit}, "

@@ -260,3 +260,23 @@ def test_published_multi_part_config_is_retuned_byte_for_byte(
                protocols=["answerable", "locomo"], rule="worst-ratio", folds=5, seed=0,
                cluster="id-prefix")
     assert out.read_bytes() == (RESULTS_DIR / config).read_bytes()
+
+
+@pytest.mark.data
+def test_a_published_run_reproduces_by_id_from_its_commit(split_parts: dict[str, Path]) -> None:
+    """``engram-eval reproduce ID`` (issue 46) on a tuning run of §18, whose sources are those
+    of an earlier commit than the one that published it: re-ranked by that commit's code in a
+    clean worktree, its data found by sha256 among the re-created split parts."""
+    import subprocess
+
+    from engram_eval.runs.reproduce import reproduce
+
+    shallow = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"],
+                             capture_output=True, text=True, check=False).stdout.strip()
+    if shallow != "false":
+        pytest.skip("needs the repository's git history (a full clone)")
+    if "locomo10.tune.json" not in split_parts:
+        pytest.skip("the LoCoMo tune part cannot be re-created here (no locomo10 data)")
+    out = reproduce(ROOT, "turn_top_m/topm_loc_d3b1", data=list(split_parts.values()),
+                    questions=1)
+    assert out.ok, "\n".join(out.lines)

@@ -298,3 +298,17 @@ def test_tune_over_two_parts_carries_the_people_runs_own_encoder(tmp_path: Path)
     s = RetrievalSettings.of(cfg)
     assert (s.embedding_model, s.for_chat_roles(False).embedding_model) == (
         RetrievalSettings().embedding_model, "engram-minilm-conv-v1")
+
+
+def test_the_pipeline_line_names_each_structures_encoder() -> None:
+    """The line a run prints names the encoder of chats and, where it differs, people's."""
+    from engram_eval.retrieval.settings import pipeline_line
+
+    line = pipeline_line(RetrievalSettings())
+    people = RetrievalSettings().for_chat_roles(False)
+    assert (f"dense: {RetrievalSettings().embedding_model} onnx fp32; people's chats: "
+            f"{people.embedding_model} {people.embedding_backend} "
+            f"{people.embedding_precision})") in line
+    assert "temporal x1.25 (people's chats: off)" in line
+    one = pipeline_line(RetrievalSettings(people_overrides={}))
+    assert "people's chats" not in one
