@@ -138,3 +138,21 @@ def test_archived_entries_reproduce_from_git_history(tmp_path: Path) -> None:
     # a forged archive entry (another hash) is named by the check
     cat["archive"][0]["sha256"] = "0" * 64
     assert any("archived at" in p and "another sha256" in p for p in C.check(repo, cat))
+
+
+@needs_history
+@pytest.mark.data
+def test_a_run_made_with_a_gold_overlay_reproduces_with_it(tmp_path: Path) -> None:
+    """A run that recorded ``--gold-overlay`` verifies only with that file: reproduce finds it
+    among the data by its recorded sha256 and passes it to verify (the corrected gold
+    re-derived); without it under ``--data`` it is one clear error naming the file."""
+    from real_data import require
+
+    dataset = require("locomo/locomo10.json")
+    audit = require("locomo/audit/locomo_audit_errors.json")
+    out = reproduce(ROOT, "locomo_audited/bm25_only", data=[dataset, audit], here=True,
+                    questions=1)
+    assert out.ok, out.lines
+    assert any(line.startswith("[ok] corrected gold re-derived") for line in out.lines)
+    with pytest.raises(ConfigError, match="locomo_audit_errors.json"):
+        reproduce(ROOT, "locomo_audited/bm25_only", data=[dataset], here=True, questions=1)
