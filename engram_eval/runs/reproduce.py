@@ -328,12 +328,18 @@ def json_differences(a: Path, b: Path) -> list[str] | None:
 
 def _data_arg(arg: str, tree: Path, entry: Mapping[str, Any],
               data: Sequence[str | Path]) -> str:
-    """A command argument as it runs here: a data file the entry names by hash, found under
+    """A command argument as it runs here: a data file the entry names by hash (its dataset,
+    or an input file outside the results, e.g. a ``--gold-overlay`` file), found under
     ``data`` when its recorded path is absent; any other argument as recorded."""
     p = Path(arg)
     if not arg.startswith("-") and p.suffix in (".json", ".gz", ".jsonl") and \
             not (tree / p).exists() and not p.exists():
-        d = (entry.get("inputs") or {}).get("data") or {}
+        inputs = entry.get("inputs") or {}
+        d = inputs.get("data") or {}
         if d.get("sha256") and d.get("name") == p.name:
             return str(find_data(str(d["sha256"]), p.name, data).resolve())
+        for f in inputs.get("files") or []:
+            if isinstance(f, Mapping) and f.get("sha256") and \
+                    Path(str(f.get("file"))).name == p.name:
+                return str(find_data(str(f["sha256"]), p.name, data).resolve())
     return arg

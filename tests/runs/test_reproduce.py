@@ -156,3 +156,22 @@ def test_a_run_made_with_a_gold_overlay_reproduces_with_it(tmp_path: Path) -> No
     assert any(line.startswith("[ok] corrected gold re-derived") for line in out.lines)
     with pytest.raises(ConfigError, match="locomo_audit_errors.json"):
         reproduce(ROOT, "locomo_audited/bm25_only", data=[dataset], here=True, questions=1)
+
+
+def test_an_input_file_outside_the_results_is_found_by_its_hash(tmp_path: Path) -> None:
+    """A recorded command's input file (``compare --gold-overlay /elsewhere/audit.json``)
+    absent here is found among the data by the sha256 the entry records for it."""
+    from engram_eval.runs.reproduce import _data_arg
+
+    audit = ROOT / "fixtures" / "locomo_tiny_audit.json"
+    (tmp_path / "d").mkdir()
+    copy = tmp_path / "d" / audit.name
+    copy.write_bytes(audit.read_bytes())
+    entry = {"inputs": {"files": [{"file": f"../../elsewhere/{audit.name}",
+                                   "sha256": sha256_file(audit)}]}}
+    assert _data_arg(f"/elsewhere/{audit.name}", tmp_path, entry, [tmp_path / "d"]) == \
+        str(copy.resolve())
+    assert _data_arg("--gold-overlay", tmp_path, entry, []) == "--gold-overlay"
+    copy.write_text("[]")  # another file under the same name: not taken
+    with pytest.raises(ConfigError, match=audit.name):
+        _data_arg(f"/elsewhere/{audit.name}", tmp_path, entry, [tmp_path / "d"])
