@@ -23,17 +23,18 @@ _LAZY = {
     "make_retriever": "engram_eval.api",
     "run": "engram_eval.api",
     "RetrievalSettings": "engram_eval.retrieval.settings",
+    "SystemSettings": "engram_eval.retrieval.settings",
     "score": "engram_eval.scoring.score",
     "read_run": "engram_eval.runs.reader",
     "FinishedRun": "engram_eval.runs.reader",
 }
 
-__all__ = ["FinishedRun", "RetrievalSettings", "__version__", "load_dataset", "make_retriever",
-           "read_run", "run", "score"]
+__all__ = ["FinishedRun", "RetrievalSettings", "SystemSettings", "__version__", "load_dataset",
+           "make_retriever", "read_run", "run", "score"]
 
 if TYPE_CHECKING:
     from engram_eval.api import load_dataset, make_retriever, run
-    from engram_eval.retrieval.settings import RetrievalSettings
+    from engram_eval.retrieval.settings import RetrievalSettings, SystemSettings
     from engram_eval.runs.reader import FinishedRun, read_run
     from engram_eval.scoring.score import score
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from engram_eval.data.records import Question
     from engram_eval.retrieval.base import Retriever
-    from engram_eval.retrieval.settings import RetrievalSettings
+    from engram_eval.retrieval.settings import RetrievalSettings, SystemSettings
     from engram_eval.runs.runner import RunOutcome
 
 log = logging.getLogger("engram_eval")
@@ -31,14 +31,19 @@ def load_dataset(path: str | Path, dataset_format: str = "auto") -> tuple[Questi
     return load_questions(path, dataset_format)[1]
 
 
-def make_retriever(name: str = "hybrid", settings: RetrievalSettings | None = None
-                   ) -> Retriever:
+def make_retriever(name: str = "hybrid", settings: RetrievalSettings | None = None, *,
+                   system: SystemSettings | None = None) -> Retriever:
     """A registered retriever (``hybrid``, ``dense``, ``bm25``, ``flat-bm25``, ``dummy``)
-    built from ``settings`` (default: :class:`RetrievalSettings()`, the published defaults).
-    Model files are resolved, not loaded; ``index(sessions)`` then ``rank(question)``."""
-    from engram_eval.retrieval.base import create
-    from engram_eval.retrieval.settings import RetrievalSettings
+    built from ``settings`` (default: :class:`RetrievalSettings()`, the published defaults),
+    or a system from outside the package (an entry point's name, ``py:MODULE:FACTORY``,
+    ``http``) built from ``system`` (its settings, the ids it sees; default
+    :class:`SystemSettings()`: opaque ids). Model files are resolved, not loaded;
+    ``index(sessions)`` then ``rank(question)``."""
+    from engram_eval.retrieval.base import create, is_builtin
+    from engram_eval.retrieval.settings import RetrievalSettings, SystemSettings
 
+    if not is_builtin(name):
+        return create(name, system if system is not None else SystemSettings())  # type: ignore[arg-type]
     return create(name, settings if settings is not None else RetrievalSettings())
 
 

@@ -18,6 +18,11 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "${ENGRAM_TORCH_SPEC:-torch==2.13.0}"
 .venv/bin/python -m pip install -q -e ".[dev]"
+# the example systems from outside the package (examples/systems/): the published leak runs
+# (PROVENANCE.md section 23) are re-executed with them
+.venv/bin/python -m pip install -q --no-build-isolation ./examples/systems/prefix_leak \
+  ./examples/systems/bm25s_system
+rm -rf examples/systems/*/build examples/systems/*/*.egg-info
 .venv/bin/python -c "import torch; print('engram-eval installed; torch', torch.__version__)"
 if [ "${ENGRAM_EVAL_BROWSER_TESTS:-0}" = "1" ] && ! command -v chromium >/dev/null 2>&1; then
   SUDO=""

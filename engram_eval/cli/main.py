@@ -57,7 +57,7 @@ def _redact_logs(args: argparse.Namespace) -> None:
     request's URL, user info included, at INFO) must not carry a secret to the terminal."""
     import os
 
-    from engram_eval.qa.secrets import RedactingFilter
+    from engram_eval.net.secrets import RedactingFilter
 
     key_env = getattr(args, "api_key_env", None)
     secret = os.environ.get(key_env) if isinstance(key_env, str) else None

@@ -40,10 +40,10 @@ def cmd_export_context(args: argparse.Namespace) -> int:
 
 
 def base_url(text: str) -> str:
-    """``argparse`` type of ``--base-url``: a URL :func:`engram_eval.qa.secrets.
+    """``argparse`` type of ``--base-url``: a URL :func:`engram_eval.net.secrets.
     check_base_url` accepts (no credential in it); else one usage error that does not quote
     it."""
-    from engram_eval.qa.secrets import base_url_problem
+    from engram_eval.net.secrets import base_url_problem
 
     why = base_url_problem(text)
     if why is not None:
@@ -58,7 +58,7 @@ base_url.__name__ = "URL"
 def key_env(text: str) -> str:
     """``argparse`` type of ``--api-key-env``: the name of an environment variable; a key
     given there by mistake is one usage error that does not quote it."""
-    from engram_eval.qa.secrets import key_env_problem
+    from engram_eval.net.secrets import key_env_problem
 
     why = key_env_problem(text)
     if why is not None:
@@ -112,8 +112,8 @@ def add_answer(sub: Any) -> None:
 
 
 def cmd_answer(args: argparse.Namespace) -> int:
+    from engram_eval.net.secrets import public_argv
     from engram_eval.qa.answer import AnswerConfig, answer
-    from engram_eval.qa.secrets import public_argv
 
     config = AnswerConfig(base_url=args.base_url, model=args.model,
                           temperature=args.temperature, max_tokens=args.max_tokens,
@@ -142,8 +142,8 @@ def add_judge(sub: Any) -> None:
 
 
 def cmd_judge(args: argparse.Namespace) -> int:
+    from engram_eval.net.secrets import public_argv
     from engram_eval.qa.judge import JudgeConfig, judge
-    from engram_eval.qa.secrets import public_argv
 
     config = JudgeConfig(base_url=args.base_url, judge_model=args.judge_model,
                          max_tokens=args.max_tokens, concurrency=args.concurrency,

@@ -278,8 +278,12 @@ def dump(catalog: Mapping[str, Any]) -> str:
     head = ("# The catalogue of published results (engram-eval catalog --write; "
             "engram_eval/provenance/catalog.py).\n# One entry per file under results/; "
             "engram-eval reproduce ID re-executes an entry.\n")
-    return head + yaml.safe_dump(dict(catalog), sort_keys=False, width=100,
-                                 allow_unicode=True)
+    class Dumper(yaml.SafeDumper):  # every entry written out in full: no anchors, no aliases
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    return head + yaml.dump(dict(catalog), Dumper=Dumper, sort_keys=False, width=100,
+                            allow_unicode=True)
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -3,15 +3,15 @@ official ``openai`` client (``base_url``), with this package's retry policy.
 
 * The API key is read from an environment variable (``OPENAI_API_KEY`` unless told
   otherwise) and only handed to the client: it is never written to a file, a log, a sidecar
-  or an error message (:func:`engram_eval.qa.secrets.redact` scrubs every text that leaves
+  or an error message (:func:`engram_eval.net.secrets.redact` scrubs every text that leaves
   this module -- replies, error bodies -- since a server may echo what it was sent, also
   split by invisible characters or cut short). A server that needs no key still needs the
   variable set (any value, e.g. ``EMPTY``), so a forgotten key is never silently sent as
   nothing. A ``--base-url`` holding a credential (user info, a query) is refused
-  (:func:`engram_eval.qa.secrets.check_base_url`).
+  (:func:`engram_eval.net.secrets.check_base_url`).
 * Each request has a total deadline (``timeout`` seconds, however slowly the server sends)
   and a reply size cap (:data:`MAX_REPLY_BYTES`, counted while reading), both enforced by
-  the HTTP client of :mod:`engram_eval.qa.bounded_http`.
+  the HTTP client of :mod:`engram_eval.net.bounded_http`.
 * Rate limits (429), server errors (5xx), connection failures and timeouts, and malformed
   replies (no choice, no text, a body that is not a completion) are retried with exponential
   backoff and jitter (honouring ``Retry-After``) up to ``RetryPolicy.attempts``; then the
@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -37,7 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from engram_eval.errors import ConfigError, EngramEvalError
-from engram_eval.qa.secrets import check_base_url, key_env_problem, public_url, redact
+from engram_eval.net.retry import RetryPolicy
+from engram_eval.net.secrets import check_base_url, key_env_problem, public_url, redact
 
 _log = logging.getLogger(__name__)
 
@@ -116,23 +116,10 @@ def api_key_from_env(var: str = DEFAULT_KEY_ENV) -> str:
 #: The longest reply text kept (characters); a longer reply is malformed (retried, then an
 #: error), so a runaway server cannot fill memory or the output file.
 MAX_REPLY_CHARS = 200_000
-#: The most bytes of one HTTP reply read (counted while reading, :mod:`.bounded_http`): a
+#: The most bytes of one HTTP reply read (counted while reading, :mod:`engram_eval.net.bounded_http`): a
 #: longer reply stops the run at once, so a runaway server cannot fill memory. A reply of
 #: ``MAX_REPLY_CHARS`` characters, each escaped in JSON, fits.
 MAX_REPLY_BYTES = 8 * 2**20
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    attempts: int = 6           # tries per request, the first included
-    base_delay: float = 1.0     # seconds before the first retry; doubled each time
-    max_delay: float = 60.0
-
-    def delay(self, attempt: int, retry_after: float | None = None) -> float:
-        if retry_after is not None:
-            return min(self.max_delay, max(0.0, retry_after))
-        d = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
-        return d * (0.5 + random.random() / 2)
 
 
 @dataclass(frozen=True)
@@ -194,7 +181,7 @@ class ChatClient:
             raise ConfigError(f"--timeout must be a positive number of seconds (got {timeout})")
         check_base_url(base_url)  # before anything else: no credential in the URL
         openai = load_openai()
-        from engram_eval.qa.bounded_http import ReplyRefused, bounded_client
+        from engram_eval.net.bounded_http import ReplyRefused, bounded_client
 
         self._openai = openai
         self._refused = ReplyRefused

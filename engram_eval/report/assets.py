@@ -44,6 +44,8 @@ td.num, th.num { text-align: right; white-space: nowrap; }
 td.na { color: var(--muted); text-align: center; }
 table.kv th { width: 220px; font-weight: 600; background: var(--soft); }
 table.kv td { word-break: break-all; }
+table.glance td { word-break: normal; }
+.headline { display: inline-block; white-space: nowrap; margin-right: 10px; }
 tr.baseline td, tr.baseline th { color: var(--muted); font-style: italic; font-weight: normal;
   border-bottom-color: #eef0f3; }
 tr.overall th, tr.overall td { font-weight: 600; }

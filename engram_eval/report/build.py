@@ -197,7 +197,38 @@ def describe_run(run: FinishedRun) -> dict[str, Any]:
                       "question_ids": len(sel.get("question_ids") or [])} if sel else None,
         "created_at": meta.get("created_at"),
         "command": last.get("command"), "wall_seconds": last.get("wall_seconds"),
+        "system": system_card(meta),
+        "cost": run_cost(run),
     }
+
+
+def system_card(meta: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A system from outside the package as its sidecar records it (entry, distribution and
+    version or URL, how many files were hashed and the hash of their list, its settings, the
+    ids it saw); None for the package's own retrievers."""
+    from engram_eval.io import sha256_json
+
+    described = _obj(meta, "retriever")
+    system, ids = _obj(described, "system"), _obj(described, "ids")
+    if not system:
+        return None
+    files = _obj(system, "files_sha256")
+    return {"entry": system.get("entry"), "distribution": system.get("distribution"),
+            "version": system.get("version"), "url": system.get("url"),
+            "server": system.get("server"), "n_files": len(files),
+            "files_fingerprint": sha256_json(files) if files else None,
+            "settings": system.get("settings"), "settings_sha256": system.get("settings_sha256"),
+            "ids": ids.get("label"), "id_salt": ids.get("id_salt"), "id_seed": ids.get("id_seed")}
+
+
+def run_cost(run: FinishedRun) -> dict[str, Any]:
+    """The run's per-question cost: its summary's ``cost``, or for a run whose summary
+    predates it, the same computed from its rows' ``timing``
+    (:func:`engram_eval.scoring.summary.cost_summary`)."""
+    from engram_eval.scoring.summary import cost_summary
+
+    cost = (run.summary or {}).get("cost")
+    return cost if isinstance(cost, dict) else cost_summary(run.rows)
 
 
 def _obj(meta: Mapping[str, Any], key: str) -> dict[str, Any]:

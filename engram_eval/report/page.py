@@ -1,5 +1,9 @@
 """Render a report document (:mod:`engram_eval.report.build`) as one self-contained HTML page.
 
+* The sections in the order a reader needs them (:func:`page_sections`): at a glance (the
+  system, the data, the denominator, the headline metrics, the comparison's verdict, verified
+  or not), the metrics, the comparison, the system's card and cost, the miss analysis, the
+  questions, then the provenance (what was run, verify's checks).
 * Static HTML for the header, the verify result, the metrics tables, the comparison and the
   miss analysis; every string passes :func:`esc` (``html.escape`` with quotes), every
   number is printed from the document (metric cells carry the exact value in
@@ -438,58 +442,171 @@ def questions_section(doc: Mapping[str, Any]) -> str:
             '<div id="q-list"></div>')
 
 
+# -- the first screen and the system ---------------------------------------------------------------
+#: The metrics the first screen shows (at the report's k), in this order, where the run has them.
+HEADLINE = ("recall_any@{k}", "recall_all@{k}", "ndcg_any@{k}", "mrr")
+
+
+def _ids_badge(label: Any) -> str:
+    if not label:
+        return ""
+    kind = "failed" if label == "ids visible" else "verified"
+    return f' <span class="badge b-{kind}" data-ids="{esc(label)}">{esc(label)}</span>'
+
+
+def glance_section(doc: Mapping[str, Any]) -> str:
+    """What a reader came for, on the first screen: the system, the data, the denominator,
+    the headline metrics with the random ranking's, the comparison's verdict, verified or
+    not. Every number is the document's (the summary's, compare's, verify's)."""
+    run, v, k = doc["run"], doc["verify"], doc["k"]
+    card = run.get("system") or {}
+    protocol = doc["protocol"]
+    s = doc["metrics"]["protocols"].get(protocol) or {}
+    system = _code(run.get("retriever"))
+    if card:
+        what = (f"{card.get('distribution')} {card.get('version')}" if card.get("distribution")
+                else card.get("url") or f"no distribution; {card.get('n_files')} source "
+                "files hashed")
+        system += f' <span class="muted">({esc(what)})</span>' + _ids_badge(card.get("ids"))
+    ds = run["dataset"]
+    data = (f"{_code(ds.get('name'))} <span class=\"muted\">({esc(run.get('split'))}; "
+            f"sha256 {esc(str(ds.get('sha256'))[:16])}…)</span>, {esc(run['n_rows'])} questions")
+    denominator = (f"{_code(protocol)}: n = {esc(s.get('n'))}, skipped "
+                   f"{esc(s.get('n_skipped', 0))} <span class=\"muted\">"
+                   f"({esc(s.get('denominator'))})</span>")
+    rb = s.get("random_baseline") or {}
+    cells = []
+    for name in (h.format(k=k) for h in HEADLINE):
+        value = (s.get("metrics") or {}).get(name)
+        if isinstance(value, int | float):
+            base = rb.get(name)
+            cells.append(f'<span class="headline" data-metric="{esc(name)}" '
+                         f'data-value="{esc(value)}"><b>{esc(name)}</b> {num(value)}'
+                         + (f' <span class="muted small">random {num(base)}</span>'
+                            if isinstance(base, int | float) else "") + "</span>")
+    rows = [("system", system), ("data", data), ("denominator", denominator),
+            ("headline metrics", " · ".join(cells) or "–")]
+    c = doc.get("compare")
+    if c:
+        verdict = c["verdict"]
+        better = ", ".join(verdict["significantly_better"]) or "none"
+        worse = ", ".join(verdict["significantly_worse"]) or "none"
+        rows.append(("comparison", f"against {_code(doc['against']['file'])} "
+                     f"({esc(c['direction'])}, {esc(c['n'])} paired questions): "
+                     f'<span class="pos">significantly better: {esc(better)}</span>; '
+                     f'<span class="neg">significantly worse: {esc(worse)}</span>'
+                     + (f'; <span class="muted">{esc(verdict.get("note"))}</span>'
+                        if verdict.get("note") else "")
+                     + ' <a href="#compare">details</a>'))
+    rows.append(("verified", f'<span class="badge b-{_verdict_kind(v)}">'
+                 f"{esc(_verdict_word(v))}</span> <span class=\"muted small\">"
+                 f"{esc(v.get('verdict'))}</span> <a href=\"#verify\">checks</a>"))
+    return _kv(rows, "kv glance")
+
+
+def _cost_cell(x: Any) -> str:
+    return esc(f"{x:g}") if isinstance(x, int | float) and not isinstance(x, bool) else "–"
+
+
+def system_section(doc: Mapping[str, Any]) -> str:
+    """The system's card (for a system from outside the package) and the run's cost per
+    question (wall seconds; HTTP requests and bytes), with percentiles."""
+    run = doc["run"]
+    card = run.get("system")
+    out = []
+    if card:
+        settings = card.get("settings")
+        out.append(_kv([
+            ("entry", _code(card.get("entry"))),
+            ("distribution", esc(card.get("distribution") or "–") + " "
+             + esc(card.get("version") or "")),
+            ("server", (_code(card.get("url")) + " " + _code(card.get("server")))
+             if card.get("url") else '<span class="muted">–</span>'),
+            ("code", f"{esc(card.get('n_files'))} files hashed, list fingerprint "
+                     f"{_code(card.get('files_fingerprint'))}"),
+            ("settings", f"{_code(json.dumps(settings, sort_keys=True))} sha256 "
+                         f"{_code(card.get('settings_sha256'))}"),
+            ("ids the system saw", esc(card.get("ids")) + _ids_badge(card.get("ids"))
+             + f' <span class="muted">salt {esc(repr(card.get("id_salt")))}, seed '
+               f'{esc(card.get("id_seed"))}</span>')], "kv system-card"))
+    else:
+        out.append(f'<p class="muted">{_code(run.get("retriever"))} is one of the package\'s '
+                   "own retrievers (its settings and sources: What was run).</p>")
+    cost = run.get("cost") or {}
+    if cost:
+        head = "".join(f'<th class="num">{h}</th>'
+                       for h in ("n", "p50", "p90", "p99", "max", "mean", "total"))
+        body = "".join(
+            f'<tr data-cost="{esc(name)}"><th>{esc(name)}</th>'
+            + "".join(f'<td class="num">{_cost_cell(c.get(col))}</td>'
+                      for col in ("n", "p50", "p90", "p99", "max", "mean", "total"))
+            + "</tr>" for name, c in cost.items() if isinstance(c, Mapping))
+        out.append('<table class="cost"><thead><tr><th>per question</th>'
+                   f"{head}</tr></thead><tbody>{body}</tbody></table>"
+                   '<p class="small muted">Wall time of indexing and ranking each question '
+                   "(and, for a system behind HTTP, its requests and bytes), from the rows' "
+                   "timing (engram_eval.scoring.summary.cost_summary); measured on the "
+                   "machine that ran it, not reproduced by verify.</p>")
+    return "".join(out)
+
+
 # -- the page -------------------------------------------------------------------------------------
-def render(doc: Mapping[str, Any]) -> str:
-    """The whole page (module doc)."""
+def page_sections(doc: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """The page's sections in order, each ``(id, title, html)``: what a reader came for
+    first (at a glance, the metrics, the comparison, the system and its cost), then where the
+    gold was lost, the questions, and the provenance (what was run, verify). A block is added
+    by inserting its tuple here; the navigation follows the list."""
     run = doc["run"]
     columns = list(doc["metric_columns"])
     qids = {q["id"]: i for i, q in enumerate(doc["questions"])}
     v = doc["verify"]
-    nav = ['<a href="#run">run</a>', '<a href="#verify">verify</a>',
-           '<a href="#metrics">metrics</a>']
+    out = [("glance", "At a glance", glance_section(doc)),
+           ("metrics", "Metrics", metrics_section(doc["metrics"], columns, doc["protocol"]))]
     if doc.get("compare"):
-        nav.append('<a href="#compare">comparison</a>')
+        out.append(("compare", "Comparison", compare_section(doc["compare"], qids)))
     if doc.get("audited"):
-        nav.append('<a href="#audited">audited labels</a>')
-    nav += ['<a href="#misses">misses</a>', '<a href="#questions">questions</a>']
-    body = [f'<nav>{"".join(nav)}</nav><main>',
-            f"<h1>Run report: <code>{esc(run['file'])}</code></h1>",
+        out.append(("audited", "Audited labels", audited_section(doc["audited"], qids)))
+    out.append(("system", "System and cost", system_section(doc)))
+    misses = misses_section(doc["misses"], "this run")
+    if doc.get("misses_against"):
+        misses += misses_section(doc["misses_against"], "the run compared against")
+    out.append(("misses", "Where the gold was lost", misses))
+    out.append(("questions", "Questions", questions_section(doc)))
+    what = run_block(run, "this run", doc.get("generator"))
+    if doc.get("against"):
+        what += run_block(doc["against"], "the run compared against")
+    given = doc.get("dataset_given")
+    if given and not given.get("matches"):
+        what += (f'<p class="neg">The dataset given ({_code(given["path"])}, sha256 '
+                 f"{_code(given['sha256'])}) is not the file the run used: its texts are "
+                 "not shown.</p>")
+    out.append(("run", "What was run", what))
+    checks = verify_block(v, "this run")
+    if doc.get("verify_against"):
+        checks += verify_block(doc["verify_against"], "the run compared against")
+    out.append(("verify", "Verify", checks))
+    return out
+
+
+def render(doc: Mapping[str, Any]) -> str:
+    """The whole page (module doc): a title line, then :func:`page_sections` in order."""
+    run = doc["run"]
+    v = doc["verify"]
+    sections = page_sections(doc)
+    nav = "".join(f'<a href="#{esc(sid)}">{esc(title.lower())}</a>'
+                  for sid, title, _ in sections)
+    card = run.get("system") or {}
+    body = [f"<nav>{nav}</nav><main>",
+            f"<h1>Run report: <code>{esc(run['file'])}</code>{_ids_badge(card.get('ids'))}</h1>",
             f'<p class="muted">{esc(run.get("retriever"))} on {_code(run["dataset"]["name"])}'
             f" ({esc(run.get('split'))}), {esc(run['n_rows'])} questions; protocol "
             f"{_code(doc['protocol'])}, k = {esc(doc['k'])}; "
             f'<span class="badge b-{_verdict_kind(v)}">{esc(_verdict_word(v))}</span>'
             + (f" compared against {_code(doc['against']['file'])}" if doc.get("against")
                else "") + "</p>",
-            (f'<p id="note">{esc(doc["note"])}</p>' if doc.get("note") else ""),
-            '<section id="run"><h2>What was run</h2>',
-            run_block(run, "this run", doc.get("generator"))]
-    if doc.get("against"):
-        body.append(run_block(doc["against"], "the run compared against"))
-    given = doc.get("dataset_given")
-    if given and not given.get("matches"):
-        body.append(f'<p class="neg">The dataset given ({_code(given["path"])}, sha256 '
-                    f"{_code(given['sha256'])}) is not the file the run used: its texts are "
-                    "not shown.</p>")
-    body.append('</section><section id="verify"><h2>Verify</h2>')
-    body.append(verify_block(v, "this run"))
-    if doc.get("verify_against"):
-        body.append(verify_block(doc["verify_against"], "the run compared against"))
-    body.append('</section><section id="metrics"><h2>Metrics</h2>')
-    body.append(metrics_section(doc["metrics"], columns, doc["protocol"]))
-    body.append("</section>")
-    if doc.get("compare"):
-        body.append('<section id="compare"><h2>Comparison</h2>')
-        body.append(compare_section(doc["compare"], qids))
-        body.append("</section>")
-    if doc.get("audited"):
-        body.append(audited_section(doc["audited"], qids))
-    body.append('<section id="misses"><h2>Where the gold was lost</h2>')
-    body.append(misses_section(doc["misses"], "this run"))
-    if doc.get("misses_against"):
-        body.append(misses_section(doc["misses_against"], "the run compared against"))
-    body.append('</section><section id="questions"><h2>Questions</h2>')
-    body.append(questions_section(doc))
-    body.append("</section>")
+            (f'<p id="note">{esc(doc["note"])}</p>' if doc.get("note") else "")]
+    for sid, title, html_ in sections:
+        body.append(f'<section id="{esc(sid)}"><h2>{esc(title)}</h2>{html_}</section>')
     body.append(f'<p class="small muted">Built in {esc(doc.get("build_seconds"))} s by '
                 "engram_eval.report. Every number above is the package's: summaries "
                 "(engram_eval.scoring.summary), comparison (engram_eval.analysis.compare), "
@@ -535,13 +652,13 @@ def _move_class(before: Any, after: Any) -> str:
 
 
 def audited_section(view: Mapping[str, Any], qids: Mapping[str, int]) -> str:
-    """The "Audited labels" block (one ``<section id="audited">``) of the document's
-    ``audited`` part (:func:`engram_eval.report.audited.audited_view`)."""
+    """The "Audited labels" block of the document's ``audited`` part
+    (:func:`engram_eval.report.audited.audited_view`): :func:`page_sections` places it after
+    the comparison, in ``<section id="audited">``."""
     o = view["overlay"]
     k = view["k"]
     names = list(view["runs"][0]["metrics"])
-    out = ['<section id="audited"><h2>Audited labels</h2>',
-           f"<p>Gold overlay {_code(o['name'])} (sha256 {_code(o['sha256'])}, "
+    out = [f"<p>Gold overlay {_code(o['name'])} (sha256 {_code(o['sha256'])}, "
            f"{esc(o['format'])}, {esc(o['n_entries'])} entries): "
            f"{esc(o['n_selected_entries'])} name questions of this run; "
            f"<strong>{esc(o['n_evidence_changed'])}</strong> correct their evidence, "
@@ -594,5 +711,5 @@ def audited_section(view: Mapping[str, Any], qids: Mapping[str, int]) -> str:
                "verdict = recall_all@k on the dataset's gold → on the audited gold</span></h3>"
                '<table class="audited-items"><thead><tr><th>question</th><th>evidence</th>'
                f"<th>gold sessions</th>{labels}</tr></thead><tbody>{''.join(irows)}</tbody>"
-               "</table></section>")
+               "</table>")
     return "".join(out)

@@ -82,6 +82,8 @@ class Retriever(Protocol):
 
 RetrieverFactory = Callable[["RetrievalSettings"], Retriever]
 _REGISTRY: dict[str, tuple[str, str]] = {}
+#: What builds a retriever of any name not registered: a system from outside the package.
+_OUTSIDE = ("engram_eval.retrieval.systems", "create_system")
 
 
 def register(name: str, module: str, factory: str) -> None:
@@ -93,18 +95,22 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def is_builtin(name: str) -> bool:
+    """Whether ``name`` is one of the package's own retrievers; any other name is a system
+    from outside the package (:mod:`engram_eval.retrieval.systems`)."""
+    return name in _REGISTRY
+
+
 def create(name: str, config: RetrievalSettings) -> Retriever:
     """Build the named backend from retrieval settings (a run's
     :class:`~engram_eval.runs.config.RunConfig` is one: it inherits them)."""
     import importlib
 
-    from engram_eval.errors import ConfigError
-
-    if name not in _REGISTRY:
-        raise ConfigError(f"unknown retriever {name!r}; available: {', '.join(available())}")
-    module, factory = _REGISTRY[name]
+    # any other name: a system from outside the package (an entry point, py:MODULE:FACTORY
+    # or http), built by engram_eval.retrieval.systems.create_system
+    module, factory = _REGISTRY.get(name, _OUTSIDE)
     fn = getattr(importlib.import_module(module), factory)
-    retriever: Retriever = fn(config)
+    retriever: Retriever = fn(name, config) if name not in _REGISTRY else fn(config)
     return retriever
 
 

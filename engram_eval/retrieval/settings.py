@@ -110,10 +110,13 @@ def recorded_values(meta: Mapping[str, Any]) -> dict[str, Any]:
 
 #: CLI/argument-group order (stages of the pipeline).
 GROUPS = ("selection", "dense", "lexical", "fusion", "temporal", "rerank", "coverage",
-          "memo", "runtime")
+          "memo", "system", "runtime")
 #: Groups whose fields only the retriever of that name reads: they are recorded (config and
 #: fingerprint) only in that retriever's runs, so other runs' sidecars stay as they were.
 RETRIEVER_GROUPS = {"memo": "memo-lexical"}
+#: The group of the settings of a system from outside the package (:class:`SystemSettings`):
+#: recorded only in the runs of such a system (a retriever name the package does not register).
+SYSTEM_GROUP = "system"
 #: The production gate's fields (:class:`engram_eval.production.settings.ProductionSettings`)
 #: are declared with this group; runs have no such field.
 GATE_GROUP = "gate"
@@ -479,6 +482,53 @@ class MemoLexicalSettings:
     def describe(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+
+
+@dataclass(frozen=True)
+class SystemSettings:
+    """How a memory system from outside the package is run (:mod:`engram_eval.retrieval.systems`:
+    an entry point, a ``py:MODULE:FACTORY`` or ``http``). :class:`engram_eval.runs.config.RunConfig`
+    inherits these fields (``--system-config``, ``--real-ids``, ...); they are recorded only in
+    the runs of such a system, so the package's own runs keep the sidecars they had."""
+
+    system_config: str = _f("", "JSON or YAML file of the system's own settings (a mapping), "
+                            "handed to its factory (HTTP: sent with each index request); "
+                            "the settings and their sha256 are recorded, not the path",
+                            group="system", fingerprint=False)
+    system_settings: dict = _f({}, "the system's own settings (read from --system-config; "
+                               "recorded and fingerprinted)", group="system", cli=False)
+    system_url: str = _f("", "--retriever http: the system server's base URL (no "
+                         "credentials in it: they would be sent, logged and recorded)",
+                         group="system", fingerprint=False)
+    real_ids: bool = _f(False, "show the system the dataset's real session ids, in the "
+                        "dataset's order (labelled 'ids visible'; LongMemEval_S's evidence ids "
+                        "start with answer_). Default: opaque ids, shuffled", group="system")
+    id_salt: str = _f("", "salt of the opaque session ids (sha256 of salt, question and "
+                      "session id); recorded", group="system")
+    id_seed: int = _f(0, "seed of the shuffled order the system sees a haystack in; recorded",
+                      group="system", lo=0, hi=2**63 - 1)
+    system_deadline: float = _f(60.0, "HTTP: total seconds one request may take, however "
+                                "slowly the server sends (then retried)", group="system",
+                                fingerprint=False, lo=0.01, hi=86400.0)
+    system_max_bytes: int = _f(8 * 2**20, "HTTP: the most bytes of one reply read (a longer "
+                               "reply stops the run)", group="system", fingerprint=False,
+                               lo=1024, hi=2**31)
+    system_attempts: int = _f(3, "HTTP: tries per request (the first included) on a timeout, "
+                              "a connection failure, 429 or 5xx, with exponential backoff",
+                              group="system", fingerprint=False, lo=1, hi=20)
+    system_backoff: float = _f(1.0, "HTTP: seconds before the first retry (doubled each time, "
+                               "with jitter)", group="system", fingerprint=False,
+                               lo=0.0, hi=600.0)
+
+    def __post_init__(self) -> None:
+        if type(self) is SystemSettings:
+            check_fields(self)
+
+    @classmethod
+    def of_config(cls, config: Any) -> SystemSettings:
+        """The system settings of ``config`` (any object with these attribute names)."""
+        names = [f.name for f in fields(cls)]
+        return cls(**{n: getattr(config, n) for n in names if hasattr(config, n)})
 
 
 def describe_settings(settings: RetrievalSettings) -> dict[str, Any]:

@@ -18,6 +18,9 @@ package data files they name (the stopword list), and fails when the table is st
   (:mod:`engram_eval.production.search` builds no retriever class);
 * :data:`FLAT_BM25_SOURCES`: ``flat-bm25`` (:class:`engram_eval.retrieval.bm25.FlatBM25`);
 * :data:`DUMMY_SOURCES`: ``dummy`` (:class:`engram_eval.retrieval.dummy.DummyRetriever`);
+* :data:`SYSTEM_SOURCES`: a system from outside the package (an entry point, ``py:`` or
+  ``http``: :mod:`engram_eval.retrieval.systems`; the system's own files are hashed into its
+  ``describe()``);
 * :data:`MEMO_LEXICAL_SOURCES`: ``memo-lexical``
   (:class:`engram_eval.retrieval.memo_lexical.MemoLexical`).
 """
@@ -34,11 +37,12 @@ from __future__ import annotations
 #: flat-bm25: engram_eval.retrieval.bm25
 #: dummy: engram_eval.retrieval.dummy
 #: memo-lexical: engram_eval.retrieval.memo_lexical
+#: system: engram_eval.retrieval.systems, engram_eval.retrieval.http_system
 _HASHED_BY: dict[str, str] = {
     "engram_eval/lexicon/stopwords-en-v1.txt": "pipeline search flat-bm25",
-    "engram_eval/retrieval/__init__.py": "pipeline search flat-bm25 dummy memo-lexical",
+    "engram_eval/retrieval/__init__.py": "pipeline search flat-bm25 dummy memo-lexical system",
     "engram_eval/retrieval/analyzer.py": "pipeline search flat-bm25",
-    "engram_eval/retrieval/base.py": "pipeline search flat-bm25 dummy memo-lexical",
+    "engram_eval/retrieval/base.py": "pipeline search flat-bm25 dummy memo-lexical system",
     "engram_eval/retrieval/bm25.py": "pipeline search flat-bm25",
     "engram_eval/retrieval/cache.py": "pipeline search",
     "engram_eval/retrieval/coverage.py": "pipeline search",
@@ -49,15 +53,17 @@ _HASHED_BY: dict[str, str] = {
     "engram_eval/retrieval/fusion.py": "pipeline search",
     "engram_eval/retrieval/gate_features.py": "pipeline search",
     "engram_eval/retrieval/holder.py": "pipeline search",
+    "engram_eval/retrieval/http_system.py": "system",
     "engram_eval/retrieval/hybrid.py": "pipeline",
     "engram_eval/retrieval/memo_lexical.py": "memo-lexical",
-    "engram_eval/retrieval/models.py": "pipeline search flat-bm25 dummy memo-lexical",
+    "engram_eval/retrieval/models.py": "pipeline search flat-bm25 dummy memo-lexical system",
     "engram_eval/retrieval/onnx_export.py": "pipeline search",
     "engram_eval/retrieval/passages.py": "pipeline search",
     "engram_eval/retrieval/pipeline.py": "pipeline search",
     "engram_eval/retrieval/rerank.py": "pipeline search",
-    "engram_eval/retrieval/settings.py": "pipeline search memo-lexical",
-    "engram_eval/retrieval/sources.py": "pipeline search flat-bm25 dummy memo-lexical",
+    "engram_eval/retrieval/settings.py": "pipeline search memo-lexical system",
+    "engram_eval/retrieval/sources.py": "pipeline search flat-bm25 dummy memo-lexical system",
+    "engram_eval/retrieval/systems.py": "system",
     "engram_eval/retrieval/temporal.py": "pipeline search memo-lexical",
 }
 # -- end of the generated table
@@ -72,3 +78,4 @@ SEARCH_SOURCES = _hashed_by("search")
 FLAT_BM25_SOURCES = _hashed_by("flat-bm25")
 DUMMY_SOURCES = _hashed_by("dummy")
 MEMO_LEXICAL_SOURCES = _hashed_by("memo-lexical")
+SYSTEM_SOURCES = _hashed_by("system")

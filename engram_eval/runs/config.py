@@ -21,8 +21,10 @@ from engram_eval.retrieval.flags import add_field_arguments, given_fields
 from engram_eval.retrieval.settings import (
     GROUPS,
     RETRIEVER_GROUPS,
+    SYSTEM_GROUP,
     MemoLexicalSettings,
     RetrievalSettings,
+    SystemSettings,
     _f,
     short_repr,
 )
@@ -30,17 +32,21 @@ from engram_eval.scoring.protocols import PROTOCOLS
 
 
 @dataclass(frozen=True)
-class RunConfig(RetrievalSettings, MemoLexicalSettings):
+class RunConfig(RetrievalSettings, MemoLexicalSettings, SystemSettings):
     """Every setting of a retrieval run: the retrieval settings it inherits
     (:class:`~engram_eval.retrieval.settings.RetrievalSettings`, same field names, YAML keys
     and CLI flags), the ``memo-lexical`` settings
     (:class:`~engram_eval.retrieval.settings.MemoLexicalSettings`, recorded only in runs
-    of that retriever: :data:`~engram_eval.retrieval.settings.RETRIEVER_GROUPS`) plus the
+    of that retriever: :data:`~engram_eval.retrieval.settings.RETRIEVER_GROUPS`), the
+    settings of a system from outside the package
+    (:class:`~engram_eval.retrieval.settings.SystemSettings`, recorded only in such runs) plus the
     selection and runtime settings of the run itself. Validated on construction, like its
     retrieval part."""
 
     retriever: str = _f("hybrid", "retrieval backend: hybrid, dense, bm25, flat-bm25, "
-                        "memo-lexical, dummy", group="selection")
+                        "memo-lexical, dummy; or a system from outside the package: an entry "
+                        "point's name (group engram_eval.retrievers), py:MODULE:FACTORY, or "
+                        "http (with --system-url)", group="selection")
     questions: str = _f("", "JSON/JSONL file of {question_id, question} (e.g. translated "
                         "questions): each selected question's text is replaced by its "
                         "question_id; the haystack stays. Its sha256 is recorded in the "
@@ -114,6 +120,10 @@ class RunConfig(RetrievalSettings, MemoLexicalSettings):
     def _recorded(self, f: dataclasses.Field[Any]) -> bool:
         """A field of another retriever's group (``memo_*`` outside memo-lexical runs) is
         not recorded: it cannot change the ranking, and runs keep the sidecars they had."""
+        if f.metadata["group"] == SYSTEM_GROUP:
+            from engram_eval.retrieval.base import is_builtin
+
+            return not is_builtin(self.retriever)
         owner = RETRIEVER_GROUPS.get(f.metadata["group"])
         return owner is None or owner == self.retriever
 
@@ -357,6 +367,8 @@ _GROUP_HELP = {
     "coverage": "prior-leader coverage after a rerank",
     "memo": "memo-lexical: Memo's session search on SQLite FTS5 (only that retriever reads "
             "these)",
+    "system": "a memory system from outside the package (entry point, py:MODULE:FACTORY, "
+              "http): its settings, the ids it sees, the HTTP limits",
     "runtime": "caches, batches, threads (not part of the fingerprint)",
 }
 
@@ -375,6 +387,29 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     except TypeError as e:  # pragma: no cover
         raise ConfigError(str(e)) from e
     return resolve_model_settings(config, explicit | set(changes))
+
+
+def with_system_settings(config: RunConfig) -> RunConfig:
+    """``config`` with ``system_settings`` read from ``system_config`` (a JSON or YAML file
+    holding a mapping; JSON is YAML), the file then left out (the settings, not the path,
+    define the run). No file: ``config`` as it is. A file given beside settings already set,
+    a file that is not a mapping, or values JSON cannot hold: one :class:`ConfigError`
+    naming the file."""
+    import json
+
+    if not config.system_config:
+        return config
+    path = config.system_config
+    if config.system_settings:
+        raise ConfigError(f"--system-config {path}: the system's settings are already given "
+                          "(system_settings in the config); give one or the other")
+    data = read_yaml_mapping(path, "system settings", "a mapping of the system's settings")
+    try:
+        json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{path}: system settings: a value JSON cannot hold ({e}); "
+                          "settings are recorded in the sidecar as JSON") from None
+    return config.replace(system_settings=data, system_config="")
 
 
 def resolve_model_settings(config: RunConfig, explicit: set[str]) -> RunConfig:

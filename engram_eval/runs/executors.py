@@ -46,7 +46,9 @@ def compute_row(retriever: Any, question: Question, protocols: Sequence[str],
     ranking = retriever.rank(question)
     ranking.check_complete(question.sessions)
     qtrace = retriever.question_trace(question) if hasattr(retriever, "question_trace") else {}
-    row = make_row(question, ranking, protocols, qtrace, time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
+    cost = retriever.question_cost() if hasattr(retriever, "question_cost") else {}
+    row = make_row(question, ranking, protocols, qtrace, seconds, cost)
     if trace_sessions and trace_sessions > 0:
         row["trace"]["sessions"] = row["trace"]["sessions"][:trace_sessions]
     return row
@@ -122,7 +124,8 @@ class _Worker:
 
         sources = run_sources(self.retriever.source_modules())
         return {"sources": source_hashes(sources),
-                "models": {m.role: m.sha256 for m in self.retriever.models()}}
+                "models": {m.role: m.sha256 for m in self.retriever.models()},
+                "retriever": self.retriever.describe()}
 
     def row(self, question: Question) -> dict[str, Any]:
         return compute_row(self.retriever, question, self.protocols, self.trace_sessions)
@@ -156,6 +159,12 @@ class RayExecutor:
         want_sources = dict(meta["sources"])
         want_models = {m["role"]: m["sha256"] for m in meta["models"]}
         for ident in ray.get([a.identity.remote() for a in self.actors]):
+            if ident["retriever"] != meta["retriever"]:  # a system's version or files
+                self.close()
+                raise ProvenanceError("a Ray worker's retriever describes itself otherwise "
+                                      "than the driver's (another version or other files of "
+                                      "the system, or other settings); install the same on "
+                                      "every node")
             if ident["sources"] != want_sources or ident["models"] != want_models:
                 self.close()
                 bad = sorted(k for k in set(want_sources) | set(ident["sources"])

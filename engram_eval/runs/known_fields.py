@@ -128,6 +128,14 @@ SMALL_TRACE_KEYS: dict[str, TraceKeys] = {
 PIPELINE_RETRIEVERS = ("hybrid", "bm25", "dense")
 
 
+def system_ids_label(meta: Mapping[str, Any]) -> str | None:
+    """What ids a system from outside the package saw ("opaque ids" or "ids visible"), from
+    the sidecar's ``retriever.ids``; None for the package's own retrievers."""
+    ids = (meta.get("retriever") or {}).get("ids")
+    label = ids.get("label") if isinstance(ids, Mapping) else None
+    return label if isinstance(label, str) else None
+
+
 def trace_keys(retriever: Any) -> TraceKeys | None:
     """The trace keys the named retriever writes (None for a name the package does not
     have: its traces cannot be held to a list). The pipeline's lists are read from its

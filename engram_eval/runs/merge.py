@@ -352,6 +352,7 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
     over the whole selection). ``echo``
     (default: stderr) receives the note about a stale temporary directory removed."""
     from engram_eval.retrieval.temporal import unparsable_date_counts, unparsable_dates
+    from engram_eval.runs.known_fields import system_ids_label
     from engram_eval.scoring.summary import build_summary, evidence_unresolved, gold_absent
 
     if not inputs:
@@ -485,6 +486,7 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
                                 evidence_unresolved=(evidence_unresolved(selected)
                                                      if ref["dataset_format"] == "locomo"
                                                      else None),
+                                system_ids=system_ids_label(ref),
                                 heldout_questions=ref.get("heldout_questions"),
                                 audited=audited)
         with _writing(sidecar_path(out)):

@@ -46,7 +46,10 @@ OPTIONAL_ROW_FIELDS = ("haystack_entries",)
 #: The keys of a row's ``trace`` and ``timing`` objects (the per-question and per-session
 #: traces inside are the retriever's own, documented in :mod:`engram_eval.retrieval.hybrid`).
 TRACE_FIELDS = ("question", "sessions")
-TIMING_FIELDS = ("seconds",)
+#: (``requests`` and the bytes: counted by a system behind HTTP,
+#: :mod:`engram_eval.retrieval.http_system`; all summarised in the summary's ``cost``,
+#: :func:`engram_eval.scoring.summary.cost_summary`).
+TIMING_FIELDS = ("seconds", "requests", "bytes_sent", "bytes_received")
 #: Row fields that are measurements (may differ between identical runs).
 MEASUREMENT_FIELDS = ("timing",)
 
@@ -70,8 +73,10 @@ def order_rows(rows: Sequence[Mapping[str, Any]], ids: Sequence[str]) -> list[Ma
 
 
 def make_row(question: Question, ranking: Any, protocols: Sequence[str],
-             question_trace: Mapping[str, Any], seconds: float) -> dict[str, Any]:
-    """One result row: ids, scores, per-protocol gold and metrics, traces, timing.
+             question_trace: Mapping[str, Any], seconds: float,
+             cost: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """One result row: ids, scores, per-protocol gold and metrics, traces, timing (wall
+    seconds and, where the retriever counts them, ``cost``: requests and bytes).
 
     ``haystack_entries`` (only when the haystack lists a session id more than once) maps
     such ids to their number of entries, so the ``official`` metrics can be recomputed from
@@ -95,5 +100,6 @@ def make_row(question: Question, ranking: Any, protocols: Sequence[str],
         row["haystack_entries"] = entries
     row["trace"] = {"question": dict(question_trace),
                     "sessions": [dict(r.trace) for r in ranking.results]}
-    row["timing"] = {"seconds": round(seconds, 6)}
+    row["timing"] = {"seconds": round(seconds, 6),
+                     **{k: int(v) for k, v in (cost or {}).items() if k in TIMING_FIELDS}}
     return row

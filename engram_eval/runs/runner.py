@@ -69,7 +69,7 @@ from engram_eval.provenance.sidecar import (
 )
 from engram_eval.runs.config import RunConfig
 from engram_eval.runs.executors import make_executor
-from engram_eval.runs.known_fields import check_sidecar_fields
+from engram_eval.runs.known_fields import check_sidecar_fields, system_ids_label
 from engram_eval.runs.progress import Progress
 from engram_eval.runs.rows import (
     REQUIRED_FIELDS,
@@ -136,8 +136,9 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
     sidecar's ``selection.gold_overlay``; the summary then carries the metrics on the
     corrected gold too (:mod:`engram_eval.scoring.audited`)."""
     from engram_eval.retrieval import base as retrieval_base
+    from engram_eval.runs.config import with_system_settings
 
-    config.validate()
+    config = with_system_settings(config.validate())  # --system-config FILE: its settings
     t_start = time.time()
     dataset = Path(dataset)
     output = Path(output)
@@ -375,7 +376,8 @@ def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[s
                             unparsable_dates=dates, gold_absent_from_haystack=absent,
                              evidence_unresolved=unresolved,
                              frozen_source=meta.get("frozen_source"),
-                             heldout_questions=meta.get(LABEL_FIELD), audited=audited)
+                             heldout_questions=meta.get(LABEL_FIELD),
+                             system_ids=system_ids_label(meta), audited=audited)
     with storage_errors(summary_path(output), "write", RESUME_HINT, cls=StorageError):
         atomic_write(summary_path(output), dump_json(summary))
     return RunOutcome(output, record.fingerprint, n_written, len(ids), summary, record.repaired)

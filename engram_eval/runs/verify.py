@@ -43,6 +43,7 @@ from engram_eval.runs.known_fields import (
     sidecar_problems,
     summary_shape_problems,
     summary_unknown_fields,
+    system_ids_label,
 )
 from engram_eval.runs.reader import read_metadata, read_rows, read_summary
 from engram_eval.runs.row_checks import (
@@ -59,6 +60,7 @@ from engram_eval.scoring import protocols as P
 from engram_eval.scoring.summary import (
     EVIDENCE_UNRESOLVED,
     GOLD_ABSENT,
+    cost_summary,
     evidence_unresolved,
     gold_absent,
     summarize_rows,
@@ -485,6 +487,11 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
                  for k in summary_unknown_fields(stored)]
         diffs += [f"summary {d}" for d in summary_shape_problems(stored)]
         diffs += _cmp_summary(stored.get("protocols"), fresh_summary["protocols"], "protocols")
+        if "cost" in stored and stored["cost"] != cost_summary(order_rows(rows, ids)):
+            diffs.append("summary cost differs from the one recomputed from the rows' timing")
+        if stored.get("system_ids") != system_ids_label(meta):
+            diffs.append(f"summary system_ids {stored.get('system_ids')!r} differs from the "
+                         f"sidecar's {system_ids_label(meta)!r}")
         for key in ("frozen_source", "heldout_questions"):  # the sidecar's records, copied
             if stored.get(key) != meta.get(key):
                 diffs.append(f"summary {key} {stored.get(key)!r} differs from the sidecar's "
@@ -725,6 +732,7 @@ def rerun_retriever(meta: Mapping[str, Any]) -> Any:
     builds it (:func:`engram_eval.retrieval.base.create`), with the vector cache off. Raises
     :class:`ProvenanceError` when the model files that resolve now differ from the recorded
     ones (sha256), or when the rebuilt retriever describes other settings than the recorded."""
+    from engram_eval.errors import ConfigError
     from engram_eval.provenance.sidecar import diff
     from engram_eval.retrieval import base as retrieval_base
     from engram_eval.retrieval.settings import recorded_values
@@ -734,8 +742,29 @@ def rerun_retriever(meta: Mapping[str, Any]) -> Any:
     recorded = recorded_values(meta)
     recorded.update(use_cache=False, cache_dir="", progress=False, shard="",
                     executor="local")
+    if "system_config" in recorded:  # the recorded settings, not the file read again
+        recorded["system_config"] = ""
     config = RunConfig.from_mapping(recorded, source="the sidecar's recorded config")
-    retriever = retrieval_base.create(config.retriever, config)  # resolves models, loads none
+    system = (meta.get("retriever") or {}).get("system")
+    try:
+        retriever = retrieval_base.create(config.retriever, config)  # resolves models only
+    except ConfigError as e:
+        if not isinstance(system, Mapping):
+            raise
+        from engram_eval.retrieval.systems import NOT_INSTALLED, SystemUnavailableError
+
+        dist = system.get("distribution") or "no distribution"
+        raise SystemUnavailableError(
+            f"the run's system {config.retriever} ({dist} {system.get('version') or ''}) "
+            f"{NOT_INSTALLED}, so it cannot be re-executed: {e}") from None
+    if isinstance(system, Mapping):  # a system from outside the package: its code, exactly
+        from engram_eval.retrieval.systems import identity_difference
+
+        differs = identity_difference(system, retriever.describe().get("system") or {})
+        if differs:
+            raise ProvenanceError(f"refusing to re-run {config.retriever}: the system "
+                                  "installed here is not the one the run used: "
+                                  + "; ".join(differs))
     now = {(m.role, m.name): m for m in retriever.models()}
     then = {(m["role"], m["name"]): m for m in meta.get("models") or []}
     problems = []

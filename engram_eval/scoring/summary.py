@@ -89,7 +89,40 @@ def temporal_windows(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 SUMMARY_FIELDS = ("fingerprint", "dataset", "dataset_sha256", "retriever", "n_questions",
                   "rows_sha256", "protocols", "temporal_windows", "unparsable_dates",
                   "gold_absent_from_haystack", "evidence_unresolved", "frozen_source",
-                  "heldout_questions", "gold_overlay", "protocols_audited")
+                  "heldout_questions", "cost", "system_ids", "gold_overlay",
+                  "protocols_audited")
+#: The per-row ``timing`` fields :func:`cost_summary` summarises (wall seconds; requests and
+#: bytes where the retriever counts them: a system behind HTTP).
+COST_FIELDS = ("seconds", "requests", "bytes_sent", "bytes_received")
+#: The percentiles of :func:`cost_summary` (numpy's linear interpolation).
+COST_PERCENTILES = (50, 90, 99)
+
+
+def cost_summary(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per question cost over ``rows`` (their ``timing``): for each of :data:`COST_FIELDS`
+    the rows record, ``{"n", "total", "mean", "p50", "p90", "p99", "max"}`` (a measurement:
+    it differs between identical runs; ``verify`` recomputes it from the rows)."""
+    import numpy as np
+
+    values: dict[str, list[float]] = {k: [] for k in COST_FIELDS}
+    for r in rows:
+        timing = r.get("timing")
+        if not isinstance(timing, Mapping):
+            continue
+        for k in COST_FIELDS:
+            v = timing.get(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                values[k].append(float(v))
+    out: dict[str, Any] = {}
+    for k, vs in values.items():
+        if not vs:
+            continue
+        a = np.asarray(vs, dtype=np.float64)
+        out[k] = {"n": len(vs), "total": round(float(a.sum()), 6),
+                  "mean": round(float(a.mean()), 6),
+                  **{f"p{q}": round(float(np.percentile(a, q)), 6) for q in COST_PERCENTILES},
+                  "max": round(float(a.max()), 6)}
+    return out
 #: The summary key (and ``engram-eval score``'s count) of questions whose answer session ids
 #: are not all in their haystack.
 GOLD_ABSENT = "gold_absent_from_haystack"
@@ -154,14 +187,17 @@ def build_summary(rows: Sequence[Mapping[str, Any]], protocols: Sequence[str], *
                   evidence_unresolved: Mapping[str, Sequence[str]] | None = None,
                   frozen_source: Mapping[str, Any] | None = None,
                   heldout_questions: Mapping[str, Any] | None = None,
+                  system_ids: str | None = None,
                   audited: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The summary file's content (see the module docstring); ``unparsable_dates``,
     ``gold_absent_from_haystack`` and ``evidence_unresolved`` (from the dataset, by the
     runner and by merge), ``frozen_source`` (the sidecar's record of a frozen manifest) and
     ``heldout_questions`` (the sidecar's label of a run of a split's source: "contains
     held-out questions: not a measurement", :func:`engram_eval.provenance.guard.source_label`)
-    and ``audited`` (``{gold_overlay, protocols_audited}`` of a run with ``--gold-overlay``,
-    :func:`engram_eval.scoring.audited.audited_summary`) are written when given."""
+    are written when given, and so is ``system_ids`` (a system from outside the package:
+    "opaque ids" or "ids visible", :mod:`engram_eval.retrieval.systems`). ``cost``: the rows'
+    per-question cost (:func:`cost_summary`). ``audited``: ``{gold_overlay, protocols_audited}``
+    of a run with ``--gold-overlay`` (:func:`engram_eval.scoring.audited.audited_summary`)."""
     out = {"fingerprint": fingerprint, "dataset": dataset, "dataset_sha256": dataset_sha256,
            "retriever": retriever, "n_questions": len(rows), "rows_sha256": rows_sha256,
            **summarize_rows(rows, protocols)}
@@ -175,14 +211,21 @@ def build_summary(rows: Sequence[Mapping[str, Any]], protocols: Sequence[str], *
         out["frozen_source"] = dict(frozen_source)
     if heldout_questions is not None:
         out["heldout_questions"] = dict(heldout_questions)
+    if system_ids is not None:
+        out["system_ids"] = system_ids
+    out["cost"] = cost_summary(rows)
     if audited is not None:
         out.update(audited)
     return out
 
 
 def format_summary(summary: Mapping[str, Any], metric_names: Sequence[str] = TABLE_METRICS) -> str:
-    """One table per protocol (header names protocol, n and skipped), with its denominator."""
+    """One table per protocol (header names protocol, n and skipped), with its denominator;
+    for a system from outside the package, first what ids it saw; the cost per question."""
     lines = []
+    if summary.get("system_ids"):
+        lines.append(f"system: {summary['retriever']} ({summary['system_ids']})")
+        lines.append("")
     for p, s in summary["protocols"].items():
         ps = P.ProtocolSummary(p, s["n"], s["metrics"],
                                {t: (v["n"], v["metrics"]) for t, v in s["by_type"].items()},
@@ -201,6 +244,12 @@ def format_summary(summary: Mapping[str, Any], metric_names: Sequence[str] = TAB
     absent = summary.get(GOLD_ABSENT)
     if absent:
         lines.append(f"gold absent from the haystack: {absent} question(s), scored as missed")
+        lines.append("")
+    cost = summary.get("cost")
+    if isinstance(cost, Mapping) and cost:
+        lines.append("cost per question: " + "; ".join(
+            f"{k} p50 {v['p50']:g}, p90 {v['p90']:g}, p99 {v['p99']:g}, max {v['max']:g}"
+            for k, v in cost.items() if isinstance(v, Mapping)))
         lines.append("")
     overlay = summary.get("gold_overlay")
     if overlay and summary.get("protocols_audited"):

@@ -272,9 +272,11 @@ def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path: Path, referenc
 
 
 def without_rows_hash(path: Path) -> dict:
-    """A summary minus ``rows_sha256`` (rows carry timings, so two runs hash differently)."""
+    """A summary minus ``rows_sha256`` and ``cost`` (rows carry timings, so two runs hash
+    differently and cost differently)."""
     s = load_json(path)
     assert len(s.pop("rows_sha256")) == 64
+    assert s.pop("cost")["seconds"]["n"] == s["n_questions"]
     return s
 
 

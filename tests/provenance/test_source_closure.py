@@ -176,6 +176,8 @@ GENERATED: dict[str, tuple[str | None, dict[str, tuple[str, tuple[str, ...]]]]] 
         "FLAT_BM25_SOURCES": ("flat-bm25", ("engram_eval.retrieval.bm25",)),
         "DUMMY_SOURCES": ("dummy", ("engram_eval.retrieval.dummy",)),
         "MEMO_LEXICAL_SOURCES": ("memo-lexical", ("engram_eval.retrieval.memo_lexical",)),
+        "SYSTEM_SOURCES": ("system", ("engram_eval.retrieval.systems",
+                                      "engram_eval.retrieval.http_system")),
     }),
     "engram_eval/provenance/sources.py": (None, {
         "RUN_CORE_SOURCES": ("run", RUN_ENTRIES),

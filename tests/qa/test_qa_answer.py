@@ -237,7 +237,7 @@ def test_a_key_echoed_in_a_reply_is_never_written(context: Path, tmp_path: Path)
 def test_an_error_body_is_redacted_before_it_is_cut(context: Path, tmp_path: Path) -> None:
     """The key sits across the 300-character cut and across a line break: neither half of it
     may reach the message."""
-    from engram_eval.qa.secrets import redact
+    from engram_eval.net.secrets import redact
 
     pad = "x" * (300 - 10)
     msg = redact(pad + KEY + " tail", KEY)
@@ -269,7 +269,7 @@ def test_an_oversized_reply_is_malformed(context: Path, tmp_path: Path) -> None:
 
 
 def test_url_credentials_never_reach_the_recorded_command() -> None:
-    from engram_eval.qa.secrets import public_argv
+    from engram_eval.net.secrets import public_argv
 
     argv = ["engram-eval", "answer", "c.jsonl", "--base-url",
             f"https://user:{KEY}@host.example:8443/v1?token={KEY}#x",

@@ -29,11 +29,11 @@ from fake_openai import FakeServer, Raw, cut_short, error, sent_key
 
 from engram_eval.cli.main import main
 from engram_eval.errors import ConfigError
+from engram_eval.net.secrets import MIN_KEY_PREFIX, public_argv, redact
 from engram_eval.qa.answer import AnswerConfig, answer
 from engram_eval.qa.client import ChatClient, ChatSettings, EndpointError, RetryPolicy
 from engram_eval.qa.context import ContextConfig, export_context
 from engram_eval.qa.judge import JudgeConfig, judge
-from engram_eval.qa.secrets import MIN_KEY_PREFIX, public_argv, redact
 
 pytest.importorskip("openai")
 

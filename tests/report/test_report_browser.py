@@ -252,9 +252,9 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-def opened(path: Path, fragment: str = "") -> Browser:
+def opened(path: Path, fragment: str = "", width: int = 1300) -> Browser:
     assert CHROMIUM is not None
-    b = Browser(CHROMIUM)
+    b = Browser(CHROMIUM, width=width)
     try:
         b.open(path.resolve().as_uri() + fragment)
         assert b.eval("document.documentElement.getAttribute('data-ready')") == "1", \
@@ -428,3 +428,54 @@ def test_hostile_strings_show_as_text(reports: dict[str, Path], tmp_path: Path) 
                       " Array.from(e.attributes).some(a => a.name.startsWith('on'))).length") == 0
         assert b.errors() == [], b.errors()
         b.screenshot(tmp_path / "report_hostile.png")
+
+
+#: What a reader sees first: the page at 1400 px wide, 900 px high (a laptop's window).
+FIRST_SCREEN = "({glance: document.getElementById('glance').getBoundingClientRect().bottom," \
+    " run: document.getElementById('run').getBoundingClientRect().top," \
+    " height: window.innerHeight, headline: Array.from(document.querySelectorAll(" \
+    "'#glance .headline')).map(e => [e.dataset.metric, JSON.parse(e.dataset.value)])," \
+    " text: document.getElementById('glance').textContent})"
+
+
+def test_the_first_screen_opens_on_what_a_reader_came_for(reports: dict[str, Path],
+                                                          tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    import systems_helpers as H
+
+    from engram_eval.cli import main as cli
+
+    # a system from outside the package that saw the real ids, beside the package's own runs
+    name = "py:" + H.importable(monkeypatch, H.LEAK_SRC) + ":make_system"
+    leak = tmp_path / "leak.jsonl"
+    assert cli.main(["run", str(LME), "--retriever", name, "--real-ids", "--output", str(leak),
+                     "--no-progress"]) == 0
+    page = tmp_path / "leak.html"
+    assert cli.main(["report", str(leak), "--dataset", str(LME), "--output", str(page)]) == 0
+    for path, run in ((reports["compare"], reports["run:lme"]), (page, leak)):
+        summary = json.loads(Path(str(run) + ".summary.json").read_text())
+        overall = summary["protocols"]["answerable"]["metrics"]
+        with opened(path, width=1400) as b:
+            b.send("Emulation.setDeviceMetricsOverride", {"width": 1400, "height": 900,
+                                                          "deviceScaleFactor": 1,
+                                                          "mobile": False})
+            assert b.eval("window.innerWidth") == 1400
+            screen = b.eval(FIRST_SCREEN)
+            assert b.errors() == []
+            # the whole at-a-glance block is on the first screen; provenance starts below it
+            assert screen["glance"] <= screen["height"] < screen["run"], screen
+            assert [m for m, _ in screen["headline"]] == ["recall_any@5", "recall_all@5",
+                                                         "ndcg_any@5", "mrr"]
+            assert all(overall[m] == v for m, v in screen["headline"])
+            for words in ("system", "data", "denominator", "answerable: n = ", "verified"):
+                assert words in screen["text"]
+            if path == page:
+                assert "ids visible" in b.eval("document.querySelector('h1').textContent")
+                assert "engram_prefix_leak" in screen["text"] or "py:" in screen["text"]
+                assert b.eval("document.querySelectorAll('#system tr[data-cost]').length") == 1
+                assert "ids visible" in b.eval(
+                    "document.querySelector('#system .system-card').textContent")
+            else:
+                assert "significantly better" in screen["text"]  # the comparison's verdict
+            b.screenshot(tmp_path / f"first_screen_{path.stem}.png")

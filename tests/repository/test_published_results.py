@@ -214,6 +214,7 @@ def test_published_run_rebuilds_from_its_recorded_settings(result: Path) -> None
     otherwise) and reranks exactly when the run did. A run whose cross-encoder was a scratch
     directory that is not on this machine is skipped (the data tier says how to re-create it)."""
     from engram_eval.errors import ModelUnavailableError, ProvenanceError
+    from engram_eval.retrieval.systems import SystemUnavailableError
     from engram_eval.runs.verify import rerun_retriever
 
     meta = json.loads(Path(str(result) + ".metadata.json").read_text())
@@ -221,6 +222,8 @@ def test_published_run_rebuilds_from_its_recorded_settings(result: Path) -> None
         retriever = rerun_retriever(meta)
     except ModelUnavailableError as e:
         pytest.skip(f"a recorded model is not on this machine: {e}"[:300])
+    except SystemUnavailableError as e:  # examples/systems/*: pip install them to re-execute
+        pytest.skip(str(e)[:300])
     except ProvenanceError as e:
         if "cross-encoder" not in str(e) and "reranker model" not in str(e):
             raise

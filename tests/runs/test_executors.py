@@ -20,6 +20,8 @@ from engram_eval.runs.executors import LocalExecutor, make_executor, merge_stats
 from engram_eval.runs.runner import run
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "longmemeval_tiny.json"
+#: The prefix-leak example system, importable by the Ray workers too (their PYTHONPATH).
+LEAK_DIR = Path(__file__).resolve().parents[2] / "examples" / "systems" / "prefix_leak"
 
 
 def _rows(path: Path) -> list[dict]:  # type: ignore[type-arg]
@@ -44,7 +46,8 @@ def ray_local():  # type: ignore[no-untyped-def]
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                                       "TOKENIZERS_PARALLELISM": "false"}})
+                                       "TOKENIZERS_PARALLELISM": "false",
+                                       "PYTHONPATH": str(LEAK_DIR)}})
     yield ray
     ray.shutdown()
 
@@ -60,6 +63,21 @@ def test_ray_rows_equal_local_rows_dummy(ray_local, tmp_path: Path) -> None:  # 
     assert a["fingerprint"] == b["fingerprint"]  # the executor is not part of it
     assert b["runs"][-1]["executor"] == "ray" and b["runs"][-1]["workers"] == 2
     assert a["runs"][-1]["executor"] == "local"
+
+
+def test_ray_runs_a_system_from_outside_the_package(ray_local, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(LEAK_DIR))
+    name = "py:engram_prefix_leak:make_system"
+    local, remote = tmp_path / "local.jsonl", tmp_path / "ray.jsonl"
+    run(RunConfig(retriever=name, progress=False), FIXTURE, local, echo=lambda m: None)
+    run(RunConfig(retriever=name, progress=False, executor="ray", ray_workers=2),
+        FIXTURE, remote, echo=lambda m: None)
+    assert [_strip(r) for r in _rows(remote)] == [_strip(r) for r in _rows(local)]
+    a = json.loads(sidecar_path(local).read_text())
+    b = json.loads(sidecar_path(remote).read_text())
+    assert a["fingerprint"] == b["fingerprint"]
+    assert b["retriever"]["system"]["files_sha256"]
 
 
 def test_ray_resume_and_tiny_model(ray_local, tmp_path: Path,  # type: ignore[no-untyped-def]

@@ -577,7 +577,9 @@ def test_every_key_the_writers_produce_is_in_the_allow_lists(tmp_path: Path) -> 
             row = json.loads(raw)
             assert K.row_unknown_fields(row) == [], (out, row["question_id"])
             assert set(row["trace"]) == set(TRACE_FIELDS)
-            assert set(row["timing"]) == set(TIMING_FIELDS)
+            # wall seconds; the HTTP counts (the rest of TIMING_FIELDS) are written by a
+            # system behind HTTP (tests/retrieval/test_http_system.py checks every one)
+            assert set(row["timing"]) == {"seconds"} and "seconds" in TIMING_FIELDS
             row_keys |= set(row)
         questions_file = zh if out.name == "zh.jsonl" else None
         assert verification.verify(out, FIXTURE, questions_file=questions_file).verified, out
