@@ -338,8 +338,9 @@ def _data_arg(arg: str, tree: Path, entry: Mapping[str, Any],
         d = inputs.get("data") or {}
         if d.get("sha256") and d.get("name") == p.name:
             return str(find_data(str(d["sha256"]), p.name, data).resolve())
-        for f in inputs.get("files") or []:
+        for f in inputs.get("files") or []:  # a published input is staged, not searched
             if isinstance(f, Mapping) and f.get("sha256") and \
+                    not str(f.get("file")).startswith("results/") and \
                     Path(str(f.get("file"))).name == p.name:
                 return str(find_data(str(f["sha256"]), p.name, data).resolve())
     return arg
