@@ -48,7 +48,8 @@ def make_retriever(name: str = "hybrid", settings: RetrievalSettings | None = No
 
 
 def run(dataset: str | Path, output: str | Path, *, resume: bool = False,
-        echo: Callable[[str], None] | None = None, **config_fields: Any) -> RunOutcome:
+        echo: Callable[[str], None] | None = None, gold_overlay: str | Path | None = None,
+        **config_fields: Any) -> RunOutcome:
     """Rank and score every selected question of ``dataset`` into ``output`` (JSONL, with its
     sidecar and summary), exactly as ``engram-eval run`` does; returns the outcome
     (``output``, ``fingerprint``, ``n_written``, ``n_total``, ``summary``).
@@ -56,10 +57,12 @@ def run(dataset: str | Path, output: str | Path, *, resume: bool = False,
     ``config_fields`` are the run's config fields (``retriever="bm25"``, ``limit=5``,
     ``progress=False``, any :class:`RetrievalSettings` field, ...; the YAML keys of
     ``--config``). ``echo`` receives the runner's notices (default: the ``engram_eval``
-    logger). ``threads`` is applied by the command line only (it changes the process)."""
+    logger). ``threads`` is applied by the command line only (it changes the process).
+    ``gold_overlay``: a LoCoMo corrections file, as ``run --gold-overlay``."""
     from engram_eval.runs.config import RunConfig, resolve_model_settings
     from engram_eval.runs.runner import run as run_config
 
     config = resolve_model_settings(
         RunConfig.from_mapping(config_fields, source="engram_eval.run()"), set(config_fields))
-    return run_config(config, dataset, output, resume=resume, echo=echo or log.info)
+    return run_config(config, dataset, output, resume=resume, echo=echo or log.info,
+                      gold_overlay=gold_overlay)

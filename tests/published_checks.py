@@ -110,7 +110,8 @@ CROSS_CPU_NOTE = "re-check on a CPU with the run's"
 
 
 def check_verifies(result: Path, dataset: Path | None = None,
-                   sources_at: str | None = None, rerun: int = 0) -> None:
+                   sources_at: str | None = None, rerun: int = 0,
+                   gold_overlay: Path | None = None) -> None:
     """``verify`` finds no failure; with the dataset, the dataset hash and the gold were
     re-derived (every other check ran and passed). With ``sources_at`` (the publishing
     commit) the recorded sources must equal that commit's; without it, the installed-package
@@ -120,11 +121,13 @@ def check_verifies(result: Path, dataset: Path | None = None,
     reranked with an int8 cross-encoder on a CPU with other vector instructions than this
     one's (``verify`` then says so), or the run's system from outside the package is not
     installed here (``pip install ./examples/systems/...``), the run cannot be judged here and
-    is skipped with verify's words (every other check still had to pass)."""
+    is skipped with verify's words (every other check still had to pass). ``gold_overlay``:
+    the overlay file of a run that recorded one (``run --gold-overlay``), which verify needs
+    to re-derive the corrected gold."""
     import pytest
 
     report = verify(result, dataset, sources_at=sources_at, rerun=rerun,
-                    rerun_seed=RERUN_SEED if rerun else None)
+                    rerun_seed=RERUN_SEED if rerun else None, gold_overlay=gold_overlay)
     failed = [(n, d) for n, status, d in report.checks
               if status == FAIL and (sources_at is not None or n != STALENESS)]
     if (rerun and len(failed) == 1 and failed[0][0].startswith("rerun ")

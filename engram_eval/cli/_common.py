@@ -17,7 +17,7 @@ from engram_eval.retrieval.flags import (
     seed_int,
 )
 
-__all__ = ["add_sidecar_arg", "bootstrap_count", "check_free", "count_int", "finite_float", "output_file",
+__all__ = ["add_overlay_arg", "add_sidecar_arg", "bootstrap_count", "check_free", "count_int", "finite_float", "output_file",
            "positive_float", "seed_int"]
 
 
@@ -43,6 +43,16 @@ def add_sidecar_arg(p: Any) -> None:
     p.add_argument("--no-sidecar", action="store_true",
                    help="do not write <output>.metadata.json (derived-file provenance: file "
                    "and input hashes, generator module hashes, command)")
+
+
+def add_overlay_arg(p: Any, extra: str = "") -> None:
+    """``--gold-overlay FILE`` (run, score, compare, verify, report, merge)."""
+    p.add_argument("--gold-overlay", metavar="FILE",
+                   help="LoCoMo gold corrections: the public audit's list "
+                   "(locomo_<conversation>_qa<item> -> correct_evidence) or a JSON map "
+                   "{question_id: [dia_id, ...]}; metrics are reported on the dataset's "
+                   "evidence and on the corrected one (protocols_audited), the file's sha256 "
+                   "recorded" + extra)
 
 
 def check_free(args: argparse.Namespace, *paths: str | None) -> None:

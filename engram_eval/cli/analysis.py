@@ -12,6 +12,7 @@ import argparse
 from typing import Any
 
 from engram_eval.cli._common import (
+    add_overlay_arg,
     add_sidecar_arg,
     bootstrap_count,
     check_free,
@@ -19,6 +20,7 @@ from engram_eval.cli._common import (
     output_file,
     seed_int,
 )
+from engram_eval.errors import EngramEvalError
 from engram_eval.provenance.sources import derived_sources
 
 
@@ -57,6 +59,10 @@ def add_compare(sub: Any) -> None:
                    "metric; an id without ':' is refused)")
     c.add_argument("--output", type=output_file,
                    help="write the report JSON here (must not exist)")
+    add_overlay_arg(c, "; the comparison is also made on the corrected gold (report keys "
+                    "gold_overlay, audited, verdict_moved). Needs --dataset")
+    c.add_argument("--dataset", help="with --gold-overlay: the dataset both runs were made "
+                   "over (sha256 checked), against which the overlay is resolved")
     c.add_argument("--plot", type=output_file, help="write the per-type delta chart here (.png/.svg/.pdf)")
     c.add_argument("--plot-metrics", nargs="+",
                    default=["recall_any@1", "recall_any@5", "recall_all@5", "ndcg_any@5"])
@@ -74,11 +80,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
     a, b = read_run(args.a), read_run(args.b)
     protocol = a.protocol(args.protocol)
     b.protocol(protocol)  # both runs scored under it
-    rep = compare_runs(a, b, protocol=protocol, metrics=args.metrics,
-                       n_boot=args.bootstrap, seed=args.seed, segments=args.segments,
-                       segment_by=args.segment_by, alpha=args.alpha, cluster=args.cluster,
-                       segment_size=args.segment_size)
+    settings = {"protocol": protocol, "metrics": args.metrics, "n_boot": args.bootstrap,
+                "seed": args.seed, "segments": args.segments, "segment_by": args.segment_by,
+                "alpha": args.alpha, "cluster": args.cluster,
+                "segment_size": args.segment_size}
+    if args.gold_overlay:
+        from engram_eval.analysis.compare_audited import compare_audited, format_audited
+
+        if not args.dataset:
+            raise EngramEvalError("compare: --gold-overlay needs --dataset (the file both "
+                                  "runs were made over)")
+        rep = compare_audited(a, b, args.gold_overlay, args.dataset, **settings)
+    elif args.dataset:
+        raise EngramEvalError("compare: --dataset goes with --gold-overlay")
+    else:
+        rep = compare_runs(a, b, **settings)
     print(format_report(rep))
+    if args.gold_overlay:
+        print(format_audited(rep))
     if args.plot:
         from engram_eval.analysis.plots import (
             FigureLabels,
@@ -106,8 +125,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.output:
         exclusive_write(args.output, dump_json(rep))
         if not args.no_sidecar:
-            write_derived_sidecar(args.output, generators=list(derived_sources("compare")),
-                                  dataset=a.dataset(), runs=[a, b])
+            write_derived_sidecar(args.output, generators=list(derived_sources(
+                "compare-audited" if args.gold_overlay else "compare")),
+                dataset=a.dataset(), runs=[a, b],
+                files=[args.gold_overlay] if args.gold_overlay else [])
         print(f"wrote {args.output}")
     return 0
 

@@ -8,7 +8,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from engram_eval.cli._common import add_sidecar_arg, check_free, output_file, seed_int
+from engram_eval.cli._common import (
+    add_overlay_arg,
+    add_sidecar_arg,
+    check_free,
+    output_file,
+    seed_int,
+)
 from engram_eval.errors import EngramEvalError
 from engram_eval.provenance.sources import derived_sources
 
@@ -39,6 +45,9 @@ def add_verify(sub: Any) -> None:
     v.add_argument("--rerun-seed", metavar="SEED", type=seed_int, default=None,
                    help="seed of the --rerun sample (default: a fresh random seed, printed on "
                    "the check line so the same questions can be re-run)")
+    add_overlay_arg(v, "; for a run made with `run --gold-overlay FILE`: the same file "
+                    "(checked by sha256), which re-derives the corrected gold (without it "
+                    "such a run is not VERIFIED: exit status 3)")
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -52,6 +61,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
                              if args.rerun else {})
     if args.questions:
         rerun["questions_file"] = args.questions
+    if args.gold_overlay:
+        rerun["gold_overlay"] = args.gold_overlay
     rep = verify.verify(args.result, args.dataset, sources_at=args.sources_at, **rerun)
     summ = read_summary(args.result) if rep.ok else None
     if summ is not None:
@@ -70,6 +81,7 @@ def add_score(sub: Any) -> None:
     s.add_argument("--strict", action="store_true", help="error if a question has no ranking")
     s.add_argument("--output", type=output_file,
                    help="write the summary JSON here (must not exist)")
+    add_overlay_arg(s)
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -78,7 +90,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     from engram_eval.scoring.summary import TABLE_METRICS, format_summary
 
     summary, counts = score_rankings(args.rankings, args.dataset, args.protocols,
-                                     strict=args.strict)
+                                     strict=args.strict, gold_overlay=args.gold_overlay)
     print(", ".join(f"{k}={v}" for k, v in counts.items()))
     print(side_by_side(summary, TABLE_METRICS))
     print()

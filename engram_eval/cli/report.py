@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from engram_eval.cli._common import (
+    add_overlay_arg,
     add_sidecar_arg,
     bootstrap_count,
     check_free,
@@ -52,6 +53,8 @@ def add_report(sub: Any) -> None:
     r.add_argument("--seed", type=seed_int, default=0, help="comparison: bootstrap seed")
     r.add_argument("--cluster", choices=("question", "id-prefix"), default="question",
                    help="comparison: unit of resampling and testing (as compare --cluster)")
+    add_overlay_arg(r, "; the page's 'Audited labels' block (needs --dataset); a run made "
+                    "with `run --gold-overlay FILE` verifies only with it")
     add_sidecar_arg(r)
 
 
@@ -68,12 +71,14 @@ def cmd_report(args: argparse.Namespace) -> int:
                        dataset=args.dataset, k=args.k, protocol=args.protocol, depth=args.trace_depth,
                        sources_at=args.sources_at,
                        against_sources_at=args.against_sources_at, note=args.note, n_boot=args.bootstrap, seed=args.seed,
-                       cluster=args.cluster, turn_chars=args.turn_chars)
+                       cluster=args.cluster, turn_chars=args.turn_chars,
+                       gold_overlay=args.gold_overlay)
     data = render(doc).encode("utf-8", errors="replace")
     exclusive_write(args.output, data)
     if not args.no_sidecar:
         write_derived_sidecar(args.output, generators=list(derived_sources("report")),
-                              dataset=runs[0].dataset(), runs=runs)
+                              dataset=runs[0].dataset(), runs=runs,
+                              files=[args.gold_overlay] if args.gold_overlay else [])
     v = doc["verify"]
     print(f"{v['verdict']}")
     print(f"wrote {args.output} ({len(data) / 1e6:.2f} MB, "

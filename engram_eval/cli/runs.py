@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from engram_eval.cli._common import output_file
+from engram_eval.cli._common import add_overlay_arg, output_file
 from engram_eval.errors import EngramEvalError
 
 
@@ -31,6 +31,7 @@ def add_run(sub: Any) -> None:
                    "re-checking every row already written as `verify` does (nothing is "
                    "written when one fails)")
     r.add_argument("--config", help="YAML file of config fields (never auto-loaded)")
+    add_overlay_arg(r)
     add_arguments(r)
 
 
@@ -50,7 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = run(config, args.dataset, args.output or "(validate-only)", resume=args.resume,
               echo=lambda m: print(m, file=sys.stderr), command=sys.argv,
               frozen_source=args.frozen_source, freeze_source=args.freeze_source,
-              validate_only=args.validate_only)
+              validate_only=args.validate_only, gold_overlay=args.gold_overlay)
     if args.validate_only:
         print(f"{args.dataset}: valid; run fingerprint {out.fingerprint}")
         if out.summary.get("frozen_source"):
@@ -87,6 +88,9 @@ def add_merge(sub: Any) -> None:
     g.add_argument("--questions", metavar="FILE",
                    help="shards made with `run --questions FILE`: that file, as verify "
                    "--questions (without it they do not verify, and are not merged)")
+    g.add_argument("--gold-overlay", metavar="FILE",
+                   help="shards made with `run --gold-overlay FILE`: that file, as verify "
+                   "--gold-overlay (without it they do not verify, and are not merged)")
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -94,7 +98,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from engram_eval.scoring.summary import format_summary
 
     summary = merge(args.shards, args.output, command=sys.argv, dataset=args.dataset,
-                    sources_at=args.sources_at, questions_file=args.questions)
+                    sources_at=args.sources_at, questions_file=args.questions,
+                    gold_overlay=args.gold_overlay)
     print(f"merged {len(args.shards)} shard(s), {summary['n_questions']} questions, into "
           f"{args.output}")
     print(f"fingerprint {summary['fingerprint']}")

@@ -358,6 +358,27 @@ def _questions(
     return out
 
 
+@dataclass(frozen=True)
+class ResolvedEvidence:
+    """One QA item's evidence resolved against its conversation (:func:`resolve_evidence`):
+    ``gold`` the sessions holding a resolved turn (session order), ``dia_ids`` the resolved
+    canonical turn ids (first-seen order), ``unresolved`` the pieces naming no turn."""
+
+    gold: tuple[str, ...]
+    dia_ids: tuple[str, ...]
+    unresolved: tuple[str, ...]
+
+
+def resolve_evidence(question_id: str, evidence: Sequence[str],
+                     sessions: Sequence[Session]) -> ResolvedEvidence:
+    """Resolve raw evidence strings against ``sessions`` exactly as the loader does (lenient
+    parsing, see the module docstring); used for corrected evidence (a gold overlay)."""
+    tally = _Tally()
+    verbatim = {t.turn_id for s in sessions for t in s.turns}
+    gold, resolved = _resolve(question_id, evidence, dia_index(sessions), verbatim, tally)
+    return ResolvedEvidence(gold, resolved, tuple(piece for _, piece in tally.unresolvable))
+
+
 def _resolve(
     qid: str,
     evidence: Sequence[str],

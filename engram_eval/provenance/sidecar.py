@@ -69,8 +69,11 @@ SIDECAR_FIELDS = ("schema_version", "kind", "dataset", "dataset_format", "retrie
                   "heldout_questions")
 DATASET_FIELDS = ("path", "name", "size", "sha256")
 #: ``selection``: :func:`build_metadata`'s, plus ``shard`` (``--shard``,
-#: :mod:`engram_eval.runs.shard`) and ``questions`` (``--questions FILE``, the runner).
-SELECTION_FIELDS = ("question_ids", "limit", "n", "ids", "shard", "questions")
+#: :mod:`engram_eval.runs.shard`), ``questions`` (``--questions FILE``, the runner) and
+#: ``gold_overlay`` (``--gold-overlay FILE``: the overlay's name, sha256, layout and entry
+#: count, :meth:`engram_eval.data.gold_overlay.GoldOverlay.record`; it changes no ranking but
+#: the summary, so a resume or a shard must use the same file).
+SELECTION_FIELDS = ("question_ids", "limit", "n", "ids", "shard", "questions", "gold_overlay")
 #: :func:`environment`.
 ENVIRONMENT_FIELDS = ("python", "implementation", "platform", "machine", "processor",
                       "cpu_count", "hostname", "cpu")

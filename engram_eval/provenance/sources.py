@@ -72,6 +72,7 @@ _HASHED_BY: dict[str, str] = {
     "engram_eval/data/_jsonio.py": "run production confidence context answer judge",
     "engram_eval/data/datasets.py": "run production confidence context answer judge",
     "engram_eval/data/dates.py": "run production confidence context answer judge",
+    "engram_eval/data/gold_overlay.py": "run",
     "engram_eval/data/locomo.py": "run production confidence context answer judge",
     "engram_eval/data/longmemeval.py": "run production confidence context answer judge",
     "engram_eval/data/records.py": "run production confidence context answer judge",
@@ -155,6 +156,7 @@ _HASHED_BY: dict[str, str] = {
     "engram_eval/schemas/longmemeval.schema.json": "run production confidence context answer judge",
     "engram_eval/schemas/production_fixture.schema.json": "production confidence",
     "engram_eval/scoring/__init__.py": "run production confidence context answer judge",
+    "engram_eval/scoring/audited.py": "run",
     "engram_eval/scoring/metrics.py": "run production confidence context answer judge",
     "engram_eval/scoring/protocols.py": "run production confidence context answer judge",
     "engram_eval/scoring/selective.py": "production confidence",
@@ -219,6 +221,9 @@ NOT_HASHED.update(_shipped_model_files())
 #: derived sidecar's ``generators``; the first is its ``generator``).
 COMMAND_GENERATORS: dict[str, tuple[str, ...]] = {
     "compare": ("engram_eval/analysis/compare.py",),
+    "compare-audited": ("engram_eval/analysis/compare_audited.py",
+                        "engram_eval/analysis/compare.py", "engram_eval/scoring/audited.py",
+                        "engram_eval/data/gold_overlay.py"),
     "compare-plot": ("engram_eval/analysis/plots.py", "engram_eval/analysis/compare.py"),
     "plot": ("engram_eval/analysis/plots.py",),
     "analyze": ("engram_eval/analysis/analyze.py",),
@@ -228,7 +233,9 @@ COMMAND_GENERATORS: dict[str, tuple[str, ...]] = {
     "report": ("engram_eval/report/build.py", "engram_eval/report/questions.py",
                "engram_eval/report/page.py", "engram_eval/report/assets.py",
                "engram_eval/analysis/compare.py", "engram_eval/analysis/analyze.py",
-               "engram_eval/scoring/summary.py", "engram_eval/runs/verify.py"),
+               "engram_eval/scoring/summary.py", "engram_eval/runs/verify.py",
+               "engram_eval/report/audited.py", "engram_eval/analysis/compare_audited.py",
+               "engram_eval/scoring/audited.py", "engram_eval/data/gold_overlay.py"),
 }
 
 #: Derived file name in a results directory -> its generator

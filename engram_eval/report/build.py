@@ -66,7 +66,8 @@ def build_report(run_path: str | Path | FinishedRun, *,
                  depth: int = DEFAULT_DEPTH, sources_at: str | None = None,
                  against_sources_at: str | None = None, note: str | None = None,
                  n_boot: int = 10000, seed: int = 0, alpha: float = 0.05,
-                 cluster: str = "question", turn_chars: int | None = None) -> dict[str, Any]:
+                 cluster: str = "question", turn_chars: int | None = None,
+                 gold_overlay: str | Path | None = None) -> dict[str, Any]:
     """The report document of the run at ``run_path`` (module doc; a path, or the run already
     read by :func:`engram_eval.runs.reader.read_run`). ``against``: a second
     run over the same questions (the baseline A of the comparison); ``dataset``: the file
@@ -76,7 +77,10 @@ def build_report(run_path: str | Path | FinishedRun, *,
     :data:`engram_eval.report.questions.TURN_CHARS`; 0: never); ``sources_at``: verify's
     ``--sources-at`` for the run, ``against_sources_at`` for ``against`` (default
     ``sources_at``; two runs published by different commits need one each); ``note``: a
-    line of text shown under the title (e.g. what the dataset is)."""
+    line of text shown under the title (e.g. what the dataset is); ``gold_overlay``: a
+    LoCoMo corrections file (with ``dataset``): the page's "Audited labels" block
+    (:mod:`engram_eval.report.audited`; a run made with ``--gold-overlay`` shows it from its
+    summary without one, and verifies only with it)."""
     from engram_eval.report.questions import TURN_CHARS, question_entries
 
     if k < 1:
@@ -108,11 +112,13 @@ def build_report(run_path: str | Path | FinishedRun, *,
     questions = None
     if dataset is not None:
         questions, doc["dataset_given"] = _load_dataset(dataset, run)
-        doc["verify"] = run_verify(run, dataset, questions, sources_at)
+        doc["verify"] = run_verify(run, dataset, questions, sources_at,
+                                   _recorded_overlay(run, gold_overlay))
         if other is not None:
             doc["verify_against"] = run_verify(
                 other, dataset, questions,
-                sources_at if against_sources_at is None else against_sources_at)
+                sources_at if against_sources_at is None else against_sources_at,
+                _recorded_overlay(other, gold_overlay))
     else:
         doc["dataset_given"] = None
         doc["verify"] = not_verified()
@@ -120,15 +126,23 @@ def build_report(run_path: str | Path | FinishedRun, *,
             doc["verify_against"] = not_verified()
     doc["metrics"] = metrics_tables(run)
     flips = None
+    rep = None
+    settings: dict[str, Any] = {"protocol": protocol, "n_boot": n_boot, "seed": seed, "alpha": alpha,
+                "cluster": cluster}
     if other is not None:
         from engram_eval.analysis.compare import compare_runs
 
         doc["against"] = describe_run(other)
-        rep = compare_runs(other, run, protocol=protocol, n_boot=n_boot, seed=seed,
-                           alpha=alpha, cluster=cluster)
+        rep = compare_runs(other, run, **settings)
         shown = compare_metrics(k, rep["metrics"])
         doc["compare"] = compare_view(rep, shown)
         flips = rep["flips"].get(f"recall_all@{k}")
+    from engram_eval.report.audited import audited_view, overlay_for_report
+
+    block = overlay_for_report(run, gold_overlay, dataset,
+                               list(questions.values()) if questions else None, protocol)
+    if block is not None:
+        doc["audited"] = audited_view(run, other, block, protocol, k, rep, settings)
     doc["misses"], misses = miss_analysis(run, protocol, k)
     misses_against = None
     if other is not None:
@@ -300,13 +314,21 @@ def _load_dataset(dataset: str | Path, run: FinishedRun) -> tuple[dict[str, Any]
     return {q.question_id: q for q in qs}, given
 
 
+def _recorded_overlay(run: FinishedRun, path: str | Path | None) -> str | Path | None:
+    """``path`` for a run that recorded a gold overlay (verify checks it), else None."""
+    recorded = ((run.sidecar or {}).get("selection") or {}).get("gold_overlay")
+    return path if recorded is not None else None
+
+
 def run_verify(run: FinishedRun, dataset: str | Path, questions: Mapping[str, Any] | None,
-               sources_at: str | None) -> dict[str, Any]:
-    """``verify RUN --dataset DATA [--sources-at C]``: every check and the verdict."""
+               sources_at: str | None, gold_overlay: str | Path | None = None
+               ) -> dict[str, Any]:
+    """``verify RUN --dataset DATA [--sources-at C] [--gold-overlay F]``: every check and
+    the verdict."""
     from engram_eval.runs.verify import verify
 
     rep = verify(run.path, dataset, sources_at=sources_at,
-                 questions=questions if questions else None)
+                 questions=questions if questions else None, gold_overlay=gold_overlay)
     return {"ran": True, "verified": rep.verified, "verdict": rep.verdict(),
             "checks": [list(c) for c in rep.checks], "dataset": str(dataset),
             "sources_at": sources_at}

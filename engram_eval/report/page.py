@@ -564,6 +564,8 @@ def page_sections(doc: Mapping[str, Any]) -> list[tuple[str, str, str]]:
            ("metrics", "Metrics", metrics_section(doc["metrics"], columns, doc["protocol"]))]
     if doc.get("compare"):
         out.append(("compare", "Comparison", compare_section(doc["compare"], qids)))
+    if doc.get("audited"):
+        out.append(("audited", "Audited labels", audited_section(doc["audited"], qids)))
     out.append(("system", "System and cost", system_section(doc)))
     misses = misses_section(doc["misses"], "this run")
     if doc.get("misses_against"):
@@ -634,3 +636,80 @@ def _question_metric_names(doc: Mapping[str, Any]) -> list[str]:
         if q.get("metrics"):
             return list(q["metrics"])
     return []
+
+
+# -- audited labels (a gold overlay) --------------------------------------------------------------
+def _hit_word(v: Any) -> str:
+    return "–" if v is None else "hit" if v == 1 else "miss"
+
+
+def _move_class(before: Any, after: Any) -> str:
+    """``pos`` / ``neg`` for a miss that became a hit and back; none when the item enters or
+    leaves the denominator."""
+    if before is None or after is None or before == after:
+        return ""
+    return "pos" if after > before else "neg"
+
+
+def audited_section(view: Mapping[str, Any], qids: Mapping[str, int]) -> str:
+    """The "Audited labels" block of the document's ``audited`` part
+    (:func:`engram_eval.report.audited.audited_view`): :func:`page_sections` places it after
+    the comparison, in ``<section id="audited">``."""
+    o = view["overlay"]
+    k = view["k"]
+    names = list(view["runs"][0]["metrics"])
+    out = [f"<p>Gold overlay {_code(o['name'])} (sha256 {_code(o['sha256'])}, "
+           f"{esc(o['format'])}, {esc(o['n_entries'])} entries): "
+           f"{esc(o['n_selected_entries'])} name questions of this run; "
+           f"<strong>{esc(o['n_evidence_changed'])}</strong> correct their evidence, "
+           f"<strong>{esc(o['n_gold_changed'])}</strong> of them change the gold sessions under "
+           f"protocol {_code(view['protocol'])}; left with no gold (out of the audited "
+           f"denominator): {esc(len(o['no_gold'] or []))} "
+           f"{_qlinks(o['no_gold'] or [], qids)}. Corrected pieces naming no turn: "
+           f"{esc(', '.join(f'{q} {v}' for q, v in (o['unresolved'] or {}).items()) or 'none')}"
+           ".</p>"]
+    head = "".join(f'<th class="num">{esc(m)}</th>' for m in names)
+    rows = []
+    for part in view["runs"]:
+        for which, key, n in (("dataset's evidence", "metrics", part["n"]),
+                              ("audited evidence", "metrics_audited", part["n_audited"])):
+            cells = "".join(f'<td class="num" data-metric="{esc(m)}">{num(part[key][m], 4)}'
+                            "</td>" for m in names)
+            rows.append(f"<tr><td>{_code(part['label'])}</td><td>{esc(which)}</td>"
+                        f'<td class="num">{esc(n)}</td>{cells}</tr>')
+    out.append('<table class="audited-metrics"><thead><tr><th>run</th><th>gold</th>'
+               f'<th class="num">n</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
+               "</table>")
+    moved = view.get("verdict_moved")
+    if moved:
+        mrows = "".join(
+            f'<tr data-metric="{esc(m)}"><td><code>{esc(m)}</code></td>'
+            f'<td class="num">{v["delta"]:+.4f}</td><td>{esc(v["verdict"])}</td>'
+            f'<td class="num">{v["delta_audited"]:+.4f}</td><td>{esc(v["verdict_audited"])}'
+            f'</td><td>{"moved" if v["moved"] else ""}</td></tr>' for m, v in moved.items()
+            if m in names)
+        out.append("<h3>The comparison on both golds <span class=\"muted small\">delta = "
+                   "this run − the run compared against</span></h3>"
+                   '<table class="audited-compare"><thead><tr><th>metric</th><th class="num">'
+                   "delta</th><th>verdict</th><th class=\"num\">delta, audited</th><th>verdict, "
+                   f"audited</th><th></th></tr></thead><tbody>{mrows}</tbody></table>")
+    labels = "".join(f"<th>{esc(p['label'])}: recall_all@{esc(k)}</th>" for p in view["runs"])
+    irows = []
+    for it in view["items"]:
+        cells = "".join(
+            "<td>–</td>" if v is None else
+            f'<td class="{_move_class(v[0], v[1])}">{_hit_word(v[0])} → {_hit_word(v[1])}</td>'
+            for v in it["verdicts"])
+        irows.append(f'<tr data-q="{esc(it["question_id"])}"><td>'
+                     f"{_qlinks([it['question_id']], qids) or esc(it['question_id'])}"
+                     f" <span class=\"muted small\">{esc(it['key'])}</span></td>"
+                     f"<td class=\"small\">{esc(', '.join(it['evidence'] or []) or '–')} → "
+                     f"{esc(', '.join(it['evidence_audited'] or []) or '–')}</td>"
+                     f"<td class=\"small\">{esc(', '.join(it['gold'] or []) or '–')} → "
+                     f"{esc(', '.join(it['gold_audited'] or []) or '–')}</td>{cells}</tr>")
+    out.append(f"<h3>Items whose gold changed <span class=\"muted small\">{len(irows)}; "
+               "verdict = recall_all@k on the dataset's gold → on the audited gold</span></h3>"
+               '<table class="audited-items"><thead><tr><th>question</th><th>evidence</th>'
+               f"<th>gold sessions</th>{labels}</tr></thead><tbody>{''.join(irows)}</tbody>"
+               "</table>")
+    return "".join(out)

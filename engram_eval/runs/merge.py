@@ -339,14 +339,17 @@ def merged_metadata(meta: dict[str, Any]) -> dict[str, Any]:
 def merge(inputs: Sequence[str | Path], output: str | Path, *,
           command: Sequence[str] | None = None, dataset: str | Path | None = None,
           sources_at: str | None = None, questions_file: str | Path | None = None,
-          echo: Callable[[str], None] | None = None) -> dict[str, Any]:
+          echo: Callable[[str], None] | None = None,
+          gold_overlay: str | Path | None = None) -> dict[str, Any]:
     """Check and merge shard results (module docstring); returns the merged summary.
 
     ``dataset`` (required) is the file the shards were run on: every shard must pass
     ``verify`` against it (``sources_at``: compare the recorded sources with that git
     revision instead of the installed package, as ``verify --sources-at``;
     ``questions_file``: the ``--questions`` file of shards that replaced question texts, as
-    ``verify --questions``). ``echo``
+    ``verify --questions``; ``gold_overlay``: the ``--gold-overlay`` file of shards that
+    recorded one, as ``verify --gold-overlay``, whose block the merged summary recomputes
+    over the whole selection). ``echo``
     (default: stderr) receives the note about a stale temporary directory removed."""
     from engram_eval.retrieval.temporal import unparsable_date_counts, unparsable_dates
     from engram_eval.runs.known_fields import system_ids_label
@@ -438,7 +441,8 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
     absent = [i for i in all_ids if i not in rows_by_id]
     if absent:  # pragma: no cover - each shard was checked complete
         raise ProvenanceError(f"merge: {len(absent)} question(s) have no row, e.g. {absent[:3]}")
-    questions = _verify_shards(inputs, metas, dataset, sources_at, questions_file)
+    questions = _verify_shards(inputs, metas, dataset, sources_at, questions_file,
+                               gold_overlay)
 
     # Write: rows, sidecar and summary into the temporary directory, then link them into
     # place (rows last); nothing of the output exists until every file is complete.
@@ -464,6 +468,14 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
         rows = order_rows(list(rows_by_id.values()), all_ids)
         # counted from the dataset, as the runner does (verify --dataset re-counts them)
         selected = [questions[i] for i in all_ids]
+        audited = None
+        if ref["selection"].get("gold_overlay") is not None and gold_overlay is not None:
+            from engram_eval.data.gold_overlay import read_gold_overlay
+            from engram_eval.scoring.audited import audited_summary
+
+            audited = audited_summary(rows, read_gold_overlay(
+                gold_overlay, list(questions.values()), dataset=dataset), selected,
+                ref["protocols"])
         summary = build_summary(rows, ref["protocols"], fingerprint=ref["fingerprint"],
                                 dataset=ref["dataset"]["name"],
                                 dataset_sha256=ref["dataset"]["sha256"],
@@ -475,7 +487,8 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
                                                      if ref["dataset_format"] == "locomo"
                                                      else None),
                                 system_ids=system_ids_label(ref),
-                                heldout_questions=ref.get("heldout_questions"))
+                                heldout_questions=ref.get("heldout_questions"),
+                                audited=audited)
         with _writing(sidecar_path(out)):
             atomic_write(staging.path("metadata.json"), meta_text(side))
         with _writing(summary_path(out)):
@@ -488,7 +501,8 @@ def merge(inputs: Sequence[str | Path], output: str | Path, *,
 
 def _verify_shards(inputs: Sequence[str | Path], metas: Sequence[dict[str, Any]],
                    dataset: str | Path, sources_at: str | None,
-                   questions_file: str | Path | None = None) -> dict[str, Question]:
+                   questions_file: str | Path | None = None,
+                   gold_overlay: str | Path | None = None) -> dict[str, Question]:
     """Every shard passes ``verify`` against ``dataset`` (every check run and passed), else
     one ProvenanceError naming the shard and its failed (or unchecked) checks; returns the
     dataset's questions by id."""
@@ -499,7 +513,7 @@ def _verify_shards(inputs: Sequence[str | Path], metas: Sequence[dict[str, Any]]
     questions = {q.question_id: q for q in qs}
     for path, meta in zip(inputs, metas, strict=True):
         rep = verify(path, dataset, sources_at=sources_at, questions=questions,
-                     questions_file=questions_file)
+                     questions_file=questions_file, gold_overlay=gold_overlay)
         if rep.verified:
             continue
         sh = meta["selection"]["shard"]

@@ -157,11 +157,15 @@ def _run(root: Path, entry: Mapping[str, Any], data: Sequence[str | Path], here:
 
     with tempfile.TemporaryDirectory(prefix="engram-reproduce-run-") as held:
         published = _published_run(root, entry, Path(held))
-        n = read_run(published, require_sidecar=True).metadata["selection"].get("n")
+        selection = read_run(published, require_sidecar=True).metadata["selection"]
+        n = selection.get("n")
         k = int(questions) if questions else int(n or 0)
         if k < 1:
             raise ConfigError(f"{entry['id']}: --questions must be at least 1")
-        return _verify_run(root, entry, published, dataset, k, here, echo)
+        recorded = selection.get("gold_overlay")  # run --gold-overlay: verify needs the file
+        overlay = (find_data(str(recorded["sha256"]), str(recorded["name"]), data)
+                   if isinstance(recorded, Mapping) else None)
+        return _verify_run(root, entry, published, dataset, k, here, echo, overlay)
 
 
 def _published_run(root: Path, entry: Mapping[str, Any], held: Path) -> Path:
@@ -178,12 +182,15 @@ def _published_run(root: Path, entry: Mapping[str, Any], held: Path) -> Path:
 
 
 def _verify_run(root: Path, entry: Mapping[str, Any], published: Path, dataset: Path, k: int,
-                here: bool, echo: Callable[[str], None]) -> Outcome:
+                here: bool, echo: Callable[[str], None],
+                overlay: Path | None = None) -> Outcome:
     def action(tree: Path) -> Outcome:
         # the published file of this checkout (the catalogue's hash checked), verified by
         # the code at ``tree``: the entry's commit may precede the commit that added the file
         args = ["verify", str(published), "--dataset", str(dataset.resolve()),
                 "--rerun", str(k), "--rerun-seed", "0"]
+        if overlay is not None:  # a run made with --gold-overlay verifies only with it
+            args += ["--gold-overlay", str(overlay.resolve())]
         if entry.get("commit"):
             args += ["--sources-at", str(entry["commit"])]
         if tree == root:  # today's code, in this process's package
@@ -194,7 +201,8 @@ def _verify_run(root: Path, entry: Mapping[str, Any], published: Path, dataset: 
 
             own = package_root().resolve() == root.resolve()
             rep = verify(published, dataset, rerun=k, rerun_seed=0,
-                         sources_at=entry.get("commit") if own else None)
+                         sources_at=entry.get("commit") if own else None,
+                         gold_overlay=overlay)
             return Outcome(rep.verified, (*rep.format().splitlines(), rep.verdict()))
         done = _cli(tree, args)
         lines = (done.stdout + done.stderr).strip().splitlines()
@@ -320,12 +328,19 @@ def json_differences(a: Path, b: Path) -> list[str] | None:
 
 def _data_arg(arg: str, tree: Path, entry: Mapping[str, Any],
               data: Sequence[str | Path]) -> str:
-    """A command argument as it runs here: a data file the entry names by hash, found under
+    """A command argument as it runs here: a data file the entry names by hash (its dataset,
+    or an input file outside the results, e.g. a ``--gold-overlay`` file), found under
     ``data`` when its recorded path is absent; any other argument as recorded."""
     p = Path(arg)
     if not arg.startswith("-") and p.suffix in (".json", ".gz", ".jsonl") and \
             not (tree / p).exists() and not p.exists():
-        d = (entry.get("inputs") or {}).get("data") or {}
+        inputs = entry.get("inputs") or {}
+        d = inputs.get("data") or {}
         if d.get("sha256") and d.get("name") == p.name:
             return str(find_data(str(d["sha256"]), p.name, data).resolve())
+        for f in inputs.get("files") or []:  # a published input is staged, not searched
+            if isinstance(f, Mapping) and f.get("sha256") and \
+                    not str(f.get("file")).startswith("results/") and \
+                    Path(str(f.get("file"))).name == p.name:
+                return str(find_data(str(f["sha256"]), p.name, data).resolve())
     return arg

@@ -127,11 +127,14 @@ class RunOutcome:
 def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: bool = False,
         echo: Callable[[str], None] = print, command: Sequence[str] | None = None,
         frozen_source: str | Path | None = None, freeze_source: str | Path | None = None,
-        validate_only: bool = False) -> RunOutcome:
+        validate_only: bool = False, gold_overlay: str | Path | None = None) -> RunOutcome:
     """Run (or resume) one provenance-locked retrieval run; see the module docstring.
 
     ``command`` (the argv that started the run) is recorded in the sidecar's ``runs`` list
-    for PROVENANCE.md; it is not part of the fingerprint."""
+    for PROVENANCE.md; it is not part of the fingerprint. ``gold_overlay``: a LoCoMo
+    corrections file (:mod:`engram_eval.data.gold_overlay`), recorded with its hash in the
+    sidecar's ``selection.gold_overlay``; the summary then carries the metrics on the
+    corrected gold too (:mod:`engram_eval.scoring.audited`)."""
     from engram_eval.retrieval import base as retrieval_base
     from engram_eval.runs.config import with_system_settings
 
@@ -201,6 +204,7 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
                           dataset_format=fmt, retriever=retriever, config=config,
                           protocols=protocols, selected_ids=ids)
     texts = _question_texts(config, meta, source.ids, all_ids)  # --questions FILE (all shards alike)
+    overlay = _gold_overlay(gold_overlay, meta, source, ids, protocols, dataset)
     source.check_unchanged()  # the hashed bytes are the validated ones
     meta = apply_to_metadata(meta, all_ids, parse_shard(config.shard))
     # Frozen-source checks (engram_eval.provenance.frozen), before any model is loaded.
@@ -262,7 +266,8 @@ def run(config: RunConfig, dataset: str | Path, output: str | Path, *, resume: b
         return _loop(config, retriever, source, ids, protocols, meta, record,
                      started_wall=t_start, command=command, dates=dates, texts=texts,
                      absent=len(absent),
-                     unresolved=unresolved if fmt == "locomo" else None)
+                     unresolved=unresolved if fmt == "locomo" else None,
+                     overlay=overlay)
     finally:
         record.close()
 
@@ -290,12 +295,43 @@ def _question_texts(config: RunConfig, meta: dict[str, Any], dataset_ids: Sequen
     return texts
 
 
+def _gold_overlay(path: str | Path | None, meta: dict[str, Any], source: QuestionSource,
+                  ids: Sequence[str], protocols: Sequence[str],
+                  dataset: Path) -> dict[str, Any] | None:
+    """``--gold-overlay FILE``: read it against every question of the dataset (file order:
+    the audit's keys count conversations and items), record it in the fingerprinted
+    ``selection.gold_overlay`` of ``meta`` (absent without the option, so other runs'
+    fingerprints do not change) and return the summary's ``gold_overlay`` block over the
+    selected ``ids`` (:func:`engram_eval.scoring.audited.overlay_block`); None without it."""
+    if path is None:
+        return None
+    from engram_eval.data.gold_overlay import read_gold_overlay
+    from engram_eval.provenance.sidecar import fingerprint_of
+    from engram_eval.scoring.audited import overlay_block
+
+    overlay = read_gold_overlay(path, list(source.iter_questions(source.ids)), dataset=dataset)
+    meta["selection"]["gold_overlay"] = overlay.record()
+    meta["fingerprint"] = fingerprint_of(meta)
+    block = overlay_block(overlay, source.iter_questions(ids), protocols)
+    said = []
+    if block["unresolved"]:
+        said.append(f"{len(block['unresolved'])} corrected item(s) name turns that do not "
+                    f"exist ({', '.join(list(block['unresolved'])[:5])})")
+    if block["no_gold"]:
+        said.append(f"{len(block['no_gold'])} item(s) are left with no corrected gold "
+                    f"({', '.join(block['no_gold'][:5])}) and leave every audited denominator")
+    if said:
+        _log.warning("%s: %s (listed in the summary's gold_overlay)", path, "; ".join(said))
+    return block
+
+
 def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[str],
           protocols: list[str], meta: dict[str, Any], record: RowRecord, *,
           started_wall: float, command: Sequence[str] | None,
           dates: dict[str, int] | None = None, texts: Mapping[str, str] | None = None,
           absent: int | None = None,
-          unresolved: Mapping[str, Sequence[str]] | None = None) -> RunOutcome:
+          unresolved: Mapping[str, Sequence[str]] | None = None,
+          overlay: Mapping[str, Any] | None = None) -> RunOutcome:
     # One question at a time (a streamed second pass for LongMemEval), in selection order.
     done, output = record.done, record.output
     todo = replace_texts(source.iter_questions([i for i in ids if i not in done]), texts or {})
@@ -326,7 +362,14 @@ def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[s
     assert scan is not None
     # unparsable_dates, gold_absent_from_haystack, evidence_unresolved: from the dataset, not
     # the rows (verify --dataset re-derives them)
-    summary = build_summary(order_rows(scan.rows, ids), protocols, fingerprint=record.fingerprint,
+    rows = order_rows(scan.rows, ids)
+    audited = None
+    if overlay is not None:
+        from engram_eval.scoring.audited import AUDITED_KEY, OVERLAY_KEY, audited_protocols
+
+        audited = {OVERLAY_KEY: dict(overlay),
+                   AUDITED_KEY: audited_protocols(rows, overlay, protocols)}
+    summary = build_summary(rows, protocols, fingerprint=record.fingerprint,
                             dataset=meta["dataset"]["name"],
                             dataset_sha256=meta["dataset"]["sha256"],
                             retriever=config.retriever, rows_sha256=scan.sha256,
@@ -334,7 +377,7 @@ def _loop(config: RunConfig, retriever: Any, source: QuestionSource, ids: list[s
                              evidence_unresolved=unresolved,
                              frozen_source=meta.get("frozen_source"),
                              heldout_questions=meta.get(LABEL_FIELD),
-                             system_ids=system_ids_label(meta))
+                             system_ids=system_ids_label(meta), audited=audited)
     with storage_errors(summary_path(output), "write", RESUME_HINT, cls=StorageError):
         atomic_write(summary_path(output), dump_json(summary))
     return RunOutcome(output, record.fingerprint, n_written, len(ids), summary, record.repaired)

@@ -154,6 +154,7 @@ SCORES = "scores never increase down each ranking"
 FIELDS = "row fields: only known keys, each as the dataset and the run give it"
 TRACE = "traces agree with the ranking, the scores and the dataset"
 SUMMARY = "summary recomputed from rows"
+AUDITED = "corrected gold re-derived from the gold overlay and the dataset"
 SETTINGS = "recorded settings agree with each other and with every row's trace"
 
 
@@ -380,7 +381,8 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
            sources_at: str | None = None, repo: str | Path | None = None,
            questions: Mapping[str, Question] | None = None, rerun: int = 0,
            rerun_seed: int | None = None,
-           questions_file: str | Path | None = None) -> VerifyReport:
+           questions_file: str | Path | None = None,
+           gold_overlay: str | Path | None = None) -> VerifyReport:
     """Recompute and re-check everything a published run claims (see the module docstring).
 
     The recorded source hashes are compared with the installed package, or with the files
@@ -390,7 +392,11 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
     re-rank K questions sampled with ``random.Random(rerun_seed)`` (a fresh seed when None,
     printed) and require the recorded rankings and scores (:func:`check_rerun`).
     ``questions_file``: the ``--questions`` file of a run that replaced question texts
-    (``selection.questions``), checked by sha256 and applied to the re-ranked questions."""
+    (``selection.questions``), checked by sha256 and applied to the re-ranked questions.
+    ``gold_overlay``: the ``--gold-overlay`` file of a run that recorded one
+    (``selection.gold_overlay``), checked by sha256; with the dataset it re-derives the
+    summary's ``gold_overlay`` block (:data:`AUDITED`), and ``protocols_audited`` is
+    recomputed from the rows either way."""
     result = Path(result)
     rep = VerifyReport()
     try:
@@ -446,6 +452,7 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
     texts_problem = _texts_problem(replaced, questions_file) if replaced and questions else ""
     if replaced and questions:
         _check_texts(rep, replaced, questions_file, texts_problem)
+    dataset_questions = questions  # the dataset's texts (an audit entry names them)
     if replaced and questions and not texts_problem:
         questions = _with_texts(questions, questions_file)
     text_known = not replaced or (bool(questions) and not texts_problem)
@@ -518,9 +525,11 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
             if stored.get(key) != want:
                 diffs.append(f"summary {key} {stored.get(key)!r} differs from the sidecar's "
                              f"{want!r}")
+        diffs += _audited_diffs(stored, rows, ids, protocols)
         rep.add(SUMMARY, not diffs, "; ".join(diffs[:5]))
     elif not spath.exists():
         rep.add(SUMMARY, False, f"{spath} is missing")
+    _check_overlay(rep, meta, stored, dataset_questions, ids, protocols, gold_overlay)
     _check_sources(rep, meta["sources"], sources_at, repo)
     if rerun:
         if texts_problem:
@@ -532,6 +541,81 @@ def verify(result: str | Path, dataset: str | Path | None = None, *,
             return rep
         check_rerun(rep, meta, rows, questions, rerun, rerun_seed)
     return rep
+
+
+def _audited_diffs(stored: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
+                   ids: Sequence[str], protocols: Sequence[str]) -> list[str]:
+    """``protocols_audited`` recomputed from the rows and the summary's ``gold_overlay``
+    items (:func:`engram_eval.scoring.audited.audited_protocols`); the block and its items
+    go together."""
+    from engram_eval.scoring.audited import AUDITED_KEY, OVERLAY_KEY, audited_protocols
+
+    block, audited = stored.get(OVERLAY_KEY), stored.get(AUDITED_KEY)
+    if block is None and audited is None:
+        return []
+    if not isinstance(block, Mapping) or not isinstance(block.get("items"), Mapping) or \
+            audited is None:
+        return [f"summary {OVERLAY_KEY} and {AUDITED_KEY} come together (one is missing or "
+                "malformed)"]
+    try:
+        fresh = audited_protocols(order_rows(rows, ids), block, protocols)
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        return [f"summary {OVERLAY_KEY} items cannot be applied to the rows: {e!r}"]
+    return _cmp_summary(audited, fresh, AUDITED_KEY)
+
+
+def _check_overlay(rep: VerifyReport, meta: Mapping[str, Any], stored: Mapping[str, Any] | None,
+                   questions: Mapping[str, Question], ids: Sequence[str],
+                   protocols: Sequence[str], path: str | Path | None) -> None:
+    """:data:`AUDITED` for a run that recorded a gold overlay: the file given is the recorded
+    one (sha256), and the summary's ``gold_overlay`` block is what it gives on the dataset's
+    selected questions. A run without one: a file given is an error; nothing to check."""
+    from engram_eval.data.gold_overlay import read_gold_overlay
+    from engram_eval.scoring.audited import OVERLAY_KEY, overlay_block
+
+    recorded = meta["selection"].get("gold_overlay")
+    if recorded is None:
+        if path is not None:
+            rep.add(AUDITED, False, f"--gold-overlay {path} given, but the run recorded no "
+                    "gold overlay")
+        elif stored is not None and OVERLAY_KEY in stored:
+            rep.add(AUDITED, False, f"the summary has {OVERLAY_KEY} but the sidecar records "
+                    "no gold overlay")
+        return
+    if path is None:
+        rep.skip(AUDITED, f"the run recorded gold overlay {recorded.get('name')} (sha256 "
+                 f"{str(recorded.get('sha256'))[:16]}…): pass it with --gold-overlay FILE")
+        return
+    digest = sha256_file(path)
+    if digest != recorded.get("sha256"):
+        rep.add(AUDITED, False, f"{path} has sha256 {digest[:16]}…, the run recorded "
+                f"{str(recorded.get('sha256'))[:16]}…")
+        return
+    if not questions:
+        rep.skip(AUDITED, "needs the dataset the run used (--dataset) to resolve the "
+                 "corrected evidence")
+        return
+    from engram_eval.errors import EngramEvalError
+
+    try:
+        overlay = read_gold_overlay(path, list(questions.values()))
+    except EngramEvalError as e:
+        rep.add(AUDITED, False, str(e))
+        return
+    fresh = overlay_block(overlay, [questions[i] for i in ids if i in questions], protocols)
+    problems = []
+    if overlay.record() != dict(recorded):
+        problems.append(f"the sidecar's selection.gold_overlay {recorded!r} differs from the "
+                        f"file's {overlay.record()!r}")
+    got = (stored or {}).get(OVERLAY_KEY)
+    if got != fresh:
+        diff_keys = sorted(k for k in set(fresh) | set(got or {})
+                           if (got or {}).get(k) != fresh.get(k))
+        problems.append(f"summary {OVERLAY_KEY} differs from the one re-derived from "
+                        f"{path} and the dataset in {', '.join(diff_keys)}")
+    rep.add(AUDITED, not problems, "; ".join(problems) or
+            f"{fresh['n_evidence_changed']} item(s) with corrected evidence, "
+            f"{fresh['n_gold_changed']} with changed gold")
 
 
 def _check_selection(rep: VerifyReport, meta: Mapping[str, Any], row_ids: Sequence[str],

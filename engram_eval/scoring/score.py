@@ -63,7 +63,8 @@ def read_rankings(path: str | Path, known: Collection[str] | None = None
 
 
 def score_rankings(rankings_path: str | Path, dataset: str | Path,
-                   protocols: Sequence[str] | None = None, *, strict: bool = False
+                   protocols: Sequence[str] | None = None, *, strict: bool = False,
+                   gold_overlay: str | Path | None = None
                    ) -> tuple[dict[str, Any], dict[str, int]]:
     """Score ``{question_id, ranked_session_ids}`` lines against a dataset; returns
     ``(summary, counts)``.
@@ -71,6 +72,8 @@ def score_rankings(rankings_path: str | Path, dataset: str | Path,
     A question of the dataset with no ranking scores as an empty ranking (0 on every
     recall, 1 on recall_all only for no-gold questions) and is counted as ``missing``;
     with ``strict`` it is an error. Rankings for unknown question ids are always an error.
+    ``gold_overlay``: a LoCoMo corrections file; the summary then carries ``gold_overlay``
+    and ``protocols_audited`` too (:mod:`engram_eval.scoring.audited`).
     """
     fmt, questions = load_questions(dataset)
     protocols = list(protocols or default_protocols(fmt))
@@ -80,11 +83,12 @@ def score_rankings(rankings_path: str | Path, dataset: str | Path,
     known = {q.question_id for q in questions}
     ranks = read_rankings(rankings_path, known)  # unknown question ids raise, naming the line
     return _score(ranks, questions, protocols, strict=strict, source=rankings_path,
-                  dataset=dataset)
+                  dataset=dataset, gold_overlay=gold_overlay)
 
 
 def score(rankings: Mapping[str, Sequence[str]], dataset: str | Path,
-          protocols: Sequence[str] | None = None, *, strict: bool = False) -> dict[str, Any]:
+          protocols: Sequence[str] | None = None, *, strict: bool = False,
+          gold_overlay: str | Path | None = None) -> dict[str, Any]:
     """Score any system's rankings (``question_id -> ranked session ids``, best first)
     against a LongMemEval or LoCoMo file, exactly as ``engram-eval score`` does.
 
@@ -94,7 +98,9 @@ def score(rankings: Mapping[str, Sequence[str]], dataset: str | Path,
     their haystack (scored as missed: no system can rank them) are also a logged warning. Protocols default to the dataset's (answerable, official, ... for
     LongMemEval; locomo, ... for LoCoMo). A question without a ranking scores as an empty
     ranking (``strict``: an error); an unknown question id or a ranking that repeats a session
-    id is an error (DataError)."""
+    id is an error (DataError). ``gold_overlay``: a LoCoMo corrections file
+    (:mod:`engram_eval.data.gold_overlay`): the summary also carries the metrics on the
+    corrected evidence (``protocols_audited``) and what changed (``gold_overlay``)."""
     fmt, questions = load_questions(dataset)
     known = {q.question_id for q in questions}
     ranks: dict[str, list[str]] = {}
@@ -111,12 +117,14 @@ def score(rankings: Mapping[str, Sequence[str]], dataset: str | Path,
                             "repeats a session id")
         ranks[qid] = ids
     summary, counts = _score(ranks, questions, list(protocols or default_protocols(fmt)),
-                             strict=strict, source="(rankings)", dataset=dataset)
+                             strict=strict, source="(rankings)", dataset=dataset,
+                             gold_overlay=gold_overlay)
     return {"counts": counts, **summary}
 
 
 def _score(ranks: Mapping[str, list[str]], questions: Sequence[Question], protocols: list[str],
-           *, strict: bool, source: str | Path, dataset: str | Path
+           *, strict: bool, source: str | Path, dataset: str | Path,
+           gold_overlay: str | Path | None = None
            ) -> tuple[dict[str, Any], dict[str, int]]:
     missing = [q.question_id for q in questions if q.question_id not in ranks]
     absent = gold_absent(questions)
@@ -139,6 +147,12 @@ def _score(ranks: Mapping[str, list[str]], questions: Sequence[Question], protoc
                               for p in protocols},
                      "metrics": {p: P.score_question(q, ranked, p) for p in protocols}})
     summary = summarize_rows(rows, protocols)
+    if gold_overlay is not None:
+        from engram_eval.data.gold_overlay import read_gold_overlay
+        from engram_eval.scoring.audited import audited_summary
+
+        overlay = read_gold_overlay(gold_overlay, questions, dataset=dataset)
+        summary.update(audited_summary(rows, overlay, questions, protocols))
     counts = {"questions": len(questions), "rankings": len(ranks), "missing": len(missing),
               "session_ids_not_in_corpus": foreign, GOLD_ABSENT: len(absent)}
     return summary, counts

@@ -89,7 +89,8 @@ def temporal_windows(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 SUMMARY_FIELDS = ("fingerprint", "dataset", "dataset_sha256", "retriever", "n_questions",
                   "rows_sha256", "protocols", "temporal_windows", "unparsable_dates",
                   "gold_absent_from_haystack", "evidence_unresolved", "frozen_source",
-                  "heldout_questions", "cost", "system_ids")
+                  "heldout_questions", "cost", "system_ids", "gold_overlay",
+                  "protocols_audited")
 #: The per-row ``timing`` fields :func:`cost_summary` summarises (wall seconds; requests and
 #: bytes where the retriever counts them: a system behind HTTP).
 COST_FIELDS = ("seconds", "requests", "bytes_sent", "bytes_received")
@@ -186,7 +187,8 @@ def build_summary(rows: Sequence[Mapping[str, Any]], protocols: Sequence[str], *
                   evidence_unresolved: Mapping[str, Sequence[str]] | None = None,
                   frozen_source: Mapping[str, Any] | None = None,
                   heldout_questions: Mapping[str, Any] | None = None,
-                  system_ids: str | None = None) -> dict[str, Any]:
+                  system_ids: str | None = None,
+                  audited: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The summary file's content (see the module docstring); ``unparsable_dates``,
     ``gold_absent_from_haystack`` and ``evidence_unresolved`` (from the dataset, by the
     runner and by merge), ``frozen_source`` (the sidecar's record of a frozen manifest) and
@@ -194,7 +196,8 @@ def build_summary(rows: Sequence[Mapping[str, Any]], protocols: Sequence[str], *
     held-out questions: not a measurement", :func:`engram_eval.provenance.guard.source_label`)
     are written when given, and so is ``system_ids`` (a system from outside the package:
     "opaque ids" or "ids visible", :mod:`engram_eval.retrieval.systems`). ``cost``: the rows'
-    per-question cost (:func:`cost_summary`)."""
+    per-question cost (:func:`cost_summary`). ``audited``: ``{gold_overlay, protocols_audited}``
+    of a run with ``--gold-overlay`` (:func:`engram_eval.scoring.audited.audited_summary`)."""
     out = {"fingerprint": fingerprint, "dataset": dataset, "dataset_sha256": dataset_sha256,
            "retriever": retriever, "n_questions": len(rows), "rows_sha256": rows_sha256,
            **summarize_rows(rows, protocols)}
@@ -211,6 +214,8 @@ def build_summary(rows: Sequence[Mapping[str, Any]], protocols: Sequence[str], *
     if system_ids is not None:
         out["system_ids"] = system_ids
     out["cost"] = cost_summary(rows)
+    if audited is not None:
+        out.update(audited)
     return out
 
 
@@ -246,4 +251,14 @@ def format_summary(summary: Mapping[str, Any], metric_names: Sequence[str] = TAB
             f"{k} p50 {v['p50']:g}, p90 {v['p90']:g}, p99 {v['p99']:g}, max {v['max']:g}"
             for k, v in cost.items() if isinstance(v, Mapping)))
         lines.append("")
+    overlay = summary.get("gold_overlay")
+    if overlay and summary.get("protocols_audited"):
+        lines.append(f"audited gold ({overlay['name']}, sha256 {overlay['sha256'][:12]}…): "
+                     f"{overlay['n_evidence_changed']} selected item(s) with corrected "
+                     f"evidence, {overlay['n_gold_changed']} with changed gold sessions, "
+                     f"{len(overlay['no_gold'])} left with no gold "
+                     f"{overlay['no_gold'][:5] if overlay['no_gold'] else ''}".rstrip())
+        lines.append("")
+        lines.append(format_summary({"protocols": summary["protocols_audited"]},
+                                    metric_names).replace("protocol=", "audited protocol="))
     return "\n".join(lines)

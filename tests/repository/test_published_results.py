@@ -90,11 +90,29 @@ def _dataset_of(result: Path, split_parts: dict[str, Path]) -> Path:
     return hits[0]
 
 
+def _overlay_of(result: Path) -> Path | None:
+    """The gold overlay a published run recorded (``selection.gold_overlay``), found by name
+    under the data directory with the recorded sha256 (skip when absent); None for a run
+    without one."""
+    from engram_eval.io import sha256_file
+
+    meta = json.loads(Path(str(result) + ".metadata.json").read_text())
+    recorded = meta["selection"].get("gold_overlay")
+    if recorded is None:
+        return None
+    hits = [p for p in (sorted(data_dir().rglob(recorded["name"])) if data_dir().is_dir()
+                        else []) if sha256_file(p) == recorded["sha256"]]
+    if not hits:
+        pytest.skip(f"gold overlay {recorded['name']} not available under {data_dir()}")
+    return hits[0]
+
+
 @pytest.mark.data
 @pytest.mark.parametrize("result", RESULTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())
 def test_published_run_verifies_against_the_dataset(result: Path,
                                                     split_parts: dict[str, Path]) -> None:
-    check_verifies(result, _dataset_of(result, split_parts), publishing_commit(result))
+    check_verifies(result, _dataset_of(result, split_parts), publishing_commit(result),
+                   gold_overlay=_overlay_of(result))
 
 
 @pytest.mark.data
@@ -124,7 +142,8 @@ def test_published_run_reexecutes(result: Path, split_parts: dict[str, Path]) ->
         if differ:
             pytest.skip(f"the cross-encoder at {model} is not the run's ({differ} differ "
                         f"from the recorded hashes; {how})")
-    check_verifies(result, dataset, publishing_commit(result), RERUN_QUESTIONS)
+    check_verifies(result, dataset, publishing_commit(result), RERUN_QUESTIONS,
+                   gold_overlay=_overlay_of(result))
 
 
 @pytest.mark.parametrize("result", RESULTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())

@@ -138,3 +138,40 @@ def test_archived_entries_reproduce_from_git_history(tmp_path: Path) -> None:
     # a forged archive entry (another hash) is named by the check
     cat["archive"][0]["sha256"] = "0" * 64
     assert any("archived at" in p and "another sha256" in p for p in C.check(repo, cat))
+
+
+@needs_history
+@pytest.mark.data
+def test_a_run_made_with_a_gold_overlay_reproduces_with_it(tmp_path: Path) -> None:
+    """A run that recorded ``--gold-overlay`` verifies only with that file: reproduce finds it
+    among the data by its recorded sha256 and passes it to verify (the corrected gold
+    re-derived); without it under ``--data`` it is one clear error naming the file."""
+    from real_data import require
+
+    dataset = require("locomo/locomo10.json")
+    audit = require("locomo/audit/locomo_audit_errors.json")
+    out = reproduce(ROOT, "locomo_audited/bm25_only", data=[dataset, audit], here=True,
+                    questions=1)
+    assert out.ok, out.lines
+    assert any(line.startswith("[ok] corrected gold re-derived") for line in out.lines)
+    with pytest.raises(ConfigError, match="locomo_audit_errors.json"):
+        reproduce(ROOT, "locomo_audited/bm25_only", data=[dataset], here=True, questions=1)
+
+
+def test_an_input_file_outside_the_results_is_found_by_its_hash(tmp_path: Path) -> None:
+    """A recorded command's input file (``compare --gold-overlay /elsewhere/audit.json``)
+    absent here is found among the data by the sha256 the entry records for it."""
+    from engram_eval.runs.reproduce import _data_arg
+
+    audit = ROOT / "fixtures" / "locomo_tiny_audit.json"
+    (tmp_path / "d").mkdir()
+    copy = tmp_path / "d" / audit.name
+    copy.write_bytes(audit.read_bytes())
+    entry = {"inputs": {"files": [{"file": f"../../elsewhere/{audit.name}",
+                                   "sha256": sha256_file(audit)}]}}
+    assert _data_arg(f"/elsewhere/{audit.name}", tmp_path, entry, [tmp_path / "d"]) == \
+        str(copy.resolve())
+    assert _data_arg("--gold-overlay", tmp_path, entry, []) == "--gold-overlay"
+    copy.write_text("[]")  # another file under the same name: not taken
+    with pytest.raises(ConfigError, match=audit.name):
+        _data_arg(f"/elsewhere/{audit.name}", tmp_path, entry, [tmp_path / "d"])
