@@ -142,8 +142,21 @@ def test_published_run_reexecutes(result: Path, split_parts: dict[str, Path]) ->
         if differ:
             pytest.skip(f"the cross-encoder at {model} is not the run's ({differ} differ "
                         f"from the recorded hashes; {how})")
-    check_verifies(result, dataset, publishing_commit(result), RERUN_QUESTIONS,
-                   gold_overlay=_overlay_of(result))
+    try:
+        check_verifies(result, dataset, publishing_commit(result), RERUN_QUESTIONS,
+                       gold_overlay=_overlay_of(result))
+    except AssertionError:
+        if any(m.get("name") == BATCH_DEPENDENT_ENCODER for m in meta["models"]):
+            pytest.xfail(f"known defect (PROVENANCE.md section 22, 'Known defect'): "
+                         f"{BATCH_DEPENDENT_ENCODER}'s int8 vectors depend on their batch, so "
+                         "a re-execution can swap sessions deep in a ranking")
+        raise
+
+
+#: The shipped encoder whose dynamically quantised graph makes a text's vector depend on the
+#: other texts of its batch (PROVENANCE.md section 22, "Known defect"): a run that used it may
+#: fail a rerun on a sampled question; every other failure still fails.
+BATCH_DEPENDENT_ENCODER = "engram-minilm-conv-v1"
 
 
 @pytest.mark.parametrize("result", RESULTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())
