@@ -283,8 +283,14 @@ def test_rerank_scores_are_sigmoid_of_raw(rerank_config: RunConfig) -> None:
         s.trace.get("moved_by_coverage") for s in ranking.results)
     stats = r.stats()["rerank"]
     assert stats["pairs_scored"] + stats["cache_hits"] == len(SESSIONS)
-    # the default embedding backend (onnx) records its offline export beside the source model
-    assert [m.role for m in r.models()] == ["embedding", "embedding-onnx", "reranker"]
+    # the default embedding backend (onnx) records its offline export beside the source model,
+    # then the people's chats' encoder (people_overrides; a shipped graph, no export), resolved
+    # and recorded though this chat haystack never loads it
+    people = RunConfig().for_chat_roles(False).embedding_model
+    assert [(m.role, m.name == people) for m in r.models()] == [
+        ("embedding", False), ("embedding-onnx", False), ("embedding", True),
+        ("reranker", False)]
+    assert "embedding_people" not in r.stats()
 
 
 def test_fusion_alpha_blend_and_non_candidates(rerank_config: RunConfig) -> None:

@@ -36,8 +36,11 @@ CHOSEN = {"reranker_backend": "onnx", "reranker_precision": "int8", "rerank_unit
 
 @pytest.fixture(scope="module")
 def shipped_root(tiny_cross_encoder: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A shipped-models root holding the tiny cross-encoder, shipped as int8 ONNX."""
+    """A shipped-models root holding the tiny cross-encoder, shipped as int8 ONNX, beside a
+    copy of the package's people's encoder (the default people_overrides name it)."""
     root = tmp_path_factory.mktemp("shipped")
+    people = RunConfig().for_chat_roles(False).embedding_model
+    shutil.copytree(Path(models.SHIPPED_ROOT) / people, root / people)
     files, _ = hash_model_dir(Path(tiny_cross_encoder))
     card = root / "train.card.json"  # the part of a train-reranker card that ship reads
     card.write_text(json.dumps({"kind": "engram-eval/reranker-card", "output_files": files}))
@@ -391,7 +394,7 @@ def test_the_defaults_are_the_published_first_stage_and_reranker() -> None:
     """The package defaults are the configuration PROVENANCE.md section 18 froze and ran on
     the held-out parts (results/turn_top_m/topm_heldout_config.yaml, every field) with the
     reranker section 15 kept; people's chats take that file's people_overrides plus the
-    card's."""
+    card's, and since section 22 the people's encoder and turn weight chosen with it."""
     import yaml
 
     from engram_eval.runs.config import RunConfig
