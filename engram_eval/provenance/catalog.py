@@ -242,14 +242,16 @@ def _derived_entry(p: Path, meta: Mapping[str, Any], root: Path) -> dict[str, An
             "role": "derived"}
 
 
-def build(root: str | Path, archive: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+def build(root: str | Path, archive: Iterable[Mapping[str, Any]] = (),
+          added: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The catalogue of the checkout at ``root`` (module docstring), carrying ``archive``
-    (the entries of a written catalogue's archive: files that live in git history only)."""
+    (the entries of a written catalogue's archive: files that live in git history only);
+    ``added``: :func:`adding_commits` of ``root`` when already read."""
     root = Path(_normalise(Path(root).absolute()))
     results = root / "results"
     if not results.is_dir():
         raise ConfigError(f"{results}: no results folder to catalogue")
-    added = adding_commits(root)
+    added = adding_commits(root) if added is None else added
     sections = folder_sections(root / "PROVENANCE.md")
     tune = tuning_parts(results)
     entries = []
@@ -333,11 +335,12 @@ def check(root: str | Path, catalog: Mapping[str, Any]) -> list[str]:
     """Problems of ``catalog`` against the tree at ``root``: a published file not listed, a
     listed file absent, a hash that differs, an entry that differs from the one the tree gives
     now (its command, inputs, role, commit or sections). Empty when they agree."""
-    fresh = {e["id"]: e for e in build(root)["entries"]}
+    added = adding_commits(Path(root))
+    fresh = {e["id"]: e for e in build(root, added=added)["entries"]}
     listed = {e["id"]: e for e in catalog["entries"]}
     # without git history (a shallow clone, an export) the commits cannot be re-derived: they
     # are then taken as written, everything else still checked
-    history = bool(adding_commits(Path(root)))
+    history = bool(added)
     problems = [f"{fresh[i]['path']}: published but not in the catalogue"
                 for i in sorted(set(fresh) - set(listed))]
     problems += [f"{listed[i].get('path', i)}: in the catalogue but not under results/"

@@ -28,7 +28,7 @@ from typing import Any
 
 from engram_eval.data._jsonio import read_json_document
 from engram_eval.retrieval.models import ModelRef, resolve_model
-from engram_eval.retrieval.settings import RetrievalSettings
+from engram_eval.retrieval.settings import STRUCTURE_DENSE_FIELDS, RetrievalSettings
 
 #: The token limit of dense pieces when the embedding model has no tokenizer files (word
 #: windows only).
@@ -205,5 +205,4 @@ class ModelHolder:
 
 
 def _same_encoder(a: RetrievalSettings, b: RetrievalSettings) -> bool:
-    return (a.embedding_model, a.embedding_backend, a.embedding_precision) == (
-        b.embedding_model, b.embedding_backend, b.embedding_precision)
+    return all(getattr(a, f) == getattr(b, f) for f in STRUCTURE_DENSE_FIELDS)
