@@ -181,6 +181,28 @@ def add_catalog(sub: Any) -> None:
                       "commit (HEAD) that holds its file, and the file and its companions are "
                       "removed from the working tree once git holds them byte for byte "
                       "(commit the removal and the catalogue next)")
+    mode.add_argument("--retain", action="store_true",
+                      help="the retention rule (engram_eval/provenance/retention.py): list "
+                      "what it keeps (each entry with its reasons) and what it would archive, "
+                      "results and shipped models; with --apply, archive them")
+    c.add_argument("--apply", action="store_true",
+                   help="with --retain: archive every entry and shipped model no current "
+                   "claim keeps (commit the removal and the catalogue next)")
+
+
+def default_models() -> list[str]:
+    """The shipped models the current defaults name: the pipeline's reranker and encoders
+    (the people's chats' included) and production search's reranker."""
+    from engram_eval.production.settings import ProductionSettings
+    from engram_eval.retrieval.models import shipped_models
+    from engram_eval.retrieval.settings import RetrievalSettings
+
+    s = RetrievalSettings()
+    names = [s.reranker_model, s.embedding_model,
+             str(s.people_overrides.get("embedding_model", "")),
+             ProductionSettings().reranker_model]
+    known = set(shipped_models())
+    return sorted({n for n in names if n in known})
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
@@ -188,9 +210,14 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
     from engram_eval.io import atomic_write
     from engram_eval.provenance import catalog as C
+    from engram_eval.provenance import retention as R
 
     root = Path(args.root)
     path = root / C.CATALOG
+    if args.apply and not args.retain:
+        raise EngramEvalError("--apply goes with --retain")
+    if args.retain:
+        return _retain(root, path, args.apply)
     if args.write or args.archive:
         kept = C.load(path).get("archive", []) if path.is_file() else []
         cat = C.build(root, kept)
@@ -201,7 +228,10 @@ def cmd_catalog(args: argparse.Namespace) -> int:
         return 0
     if not path.is_file():
         raise EngramEvalError(f"{path}: no catalogue (write it with engram-eval catalog --write)")
-    problems = C.check(root, C.load(path))
+    cat = C.load(path)
+    problems = C.check(root, cat)
+    if R.applies(root):  # the repository the retention rule's claims are about
+        problems += R.problems(root, cat, default_models())
     for line in problems:
         print(f"[FAIL] {line}")
     print("catalogue agrees with the tree" if not problems else
@@ -210,11 +240,40 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def _retain(root: Any, path: Any, apply: bool) -> int:
+    """``catalog --retain [--apply]``: the rule's plan, and with ``apply`` the archive."""
+    from engram_eval.io import atomic_write
+    from engram_eval.provenance import catalog as C
+    from engram_eval.provenance import retention as R
+
+    if not path.is_file():
+        raise EngramEvalError(f"{path}: no catalogue (write it with engram-eval catalog --write)")
+    cat = C.load(path)
+    plan = R.plan(root, cat, default_models())
+    for line in R.report(plan, cat, root):
+        print(line)
+    if not apply:
+        return 0
+    cat = R.apply(root, cat, plan)
+    atomic_write(path, C.dump(cat))
+    print(f"wrote {path}: {len(cat['entries'])} entries, {len(cat['archive'])} archived; "
+          f"the index of archived models {R.ARCHIVED_MODELS} (commit the removal and both "
+          "files next)")
+    return 0
+
+
 def add_reproduce(sub: Any) -> None:
     r = sub.add_parser("reproduce", help="re-execute a catalogued result (results/catalog.yaml) "
                        "and compare it with the published file")
-    r.add_argument("entry", metavar="ID", help="the catalogue id (a path under results/, a "
-                   "run's without .jsonl.gz) or the file's path")
+    r.add_argument("entry", metavar="ID", nargs="?", help="the catalogue id (a path under "
+                   "results/, a run's without .jsonl.gz) or the file's path")
+    r.add_argument("--kept", action="store_true",
+                   help="instead of one ID: every published run the tree keeps (the retention "
+                   "rule), each at its commit; --questions defaults to 3 here; a failure of a "
+                   "run that used the int8 people's encoder is reported apart (PROVENANCE.md "
+                   "section 22, known defect)")
+    r.add_argument("--only", action="append", default=[], metavar="PATTERN",
+                   help="with --kept: only the ids matching this fnmatch pattern (repeatable)")
     r.add_argument("--root", default=".", help="the checkout (default: the current folder)")
     r.add_argument("--data", action="append", default=[], metavar="PATH",
                    help="a data file, or a folder searched for it, found by the sha256 the "
@@ -228,8 +287,29 @@ def add_reproduce(sub: Any) -> None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from engram_eval.runs.reproduce import reproduce
+    from engram_eval.runs.reproduce import reproduce, reproduce_kept
 
+    if args.kept == bool(args.entry):
+        raise EngramEvalError("give one ID, or --kept (every kept published run)")
+    if args.only and not args.kept:
+        raise EngramEvalError("--only goes with --kept")
+    if args.kept:
+        kept = reproduce_kept(args.root, data=args.data, here=args.here,
+                              questions=args.questions or 3, only=args.only)
+        passed = sorted(i for i, o in kept.outcomes.items() if o.ok)
+        failed = sorted(i for i, o in kept.outcomes.items()
+                        if not o.ok and i not in kept.known_defect)
+        print(f"reproduced: {len(passed)} run(s)")
+        for label, ids in (("NOT REPRODUCED", failed),
+                           ("not reproduced, known defect (PROVENANCE.md section 22)",
+                            list(kept.known_defect)),
+                           ("not run", sorted(kept.errors))):
+            if ids:
+                print(f"{label}: {', '.join(ids)}")
+        print("ALL KEPT RUNS REPRODUCED" if kept.ok and not kept.known_defect else
+              "KEPT RUNS REPRODUCED BUT FOR THE KNOWN DEFECT" if kept.ok else
+              "NOT ALL KEPT RUNS REPRODUCED")
+        return 0 if kept.ok else 1
     out = reproduce(args.root, args.entry, data=args.data, here=args.here,
                     questions=args.questions)
     for line in out.lines:

@@ -399,9 +399,7 @@ def archive(root: str | Path, catalog: Mapping[str, Any], ids: Iterable[str]
     tree only after git holds each byte for byte (commit the removal next). A file with
     uncommitted changes is refused."""
     root = Path(root)
-    head = (_git(root, "rev-parse", "HEAD") or "").strip()
-    if not head:
-        raise ConfigError(f"{root}: not a git checkout with a commit: nothing can be archived")
+    head = head_commit(root)
     moved: list[dict[str, Any]] = []
     remove: list[Path] = []
     for wanted in ids:
@@ -422,3 +420,11 @@ def archive(root: str | Path, catalog: Mapping[str, Any], ids: Iterable[str]
     for f in remove:
         f.unlink()
     return {**catalog, "entries": kept, "archive": [*catalog.get("archive", []), *moved]}
+
+
+def head_commit(root: Path) -> str:
+    """The commit checked out at ``root`` (full hash); one clear error outside git."""
+    head = (_git(root, "rev-parse", "HEAD") or "").strip()
+    if not head:
+        raise ConfigError(f"{root}: not a git checkout with a commit: nothing can be archived")
+    return head

@@ -155,6 +155,38 @@ def shipped_models() -> list[str]:
     return sorted(d.name for d in SHIPPED_ROOT.iterdir() if (d / CARD_FILE).is_file())
 
 
+#: The package's index of models that left the tree under the retention rule (PROVENANCE.md,
+#: README "Reproduce a published number"): name -> the commit whose tree holds its files.
+ARCHIVED_INDEX = SHIPPED_ROOT / "archived.json"
+
+
+def archived_model(name: str) -> dict[str, Any] | None:
+    """The archive record (``at``: the commit holding it, ``path``) of a model that the
+    package shipped and archived, or None."""
+    if not ARCHIVED_INDEX.is_file():
+        return None
+    try:
+        doc = read_json_document(ARCHIVED_INDEX, limit=1 << 20)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ModelUnavailableError(f"{ARCHIVED_INDEX}: cannot read the index of archived "
+                                    f"models: {e}") from None
+    models = doc.get("models") if isinstance(doc, dict) else None
+    found = models.get(name) if isinstance(models, dict) else None
+    return dict(found) if isinstance(found, dict) else None
+
+
+def archived_model_error(name: str, record: dict[str, Any]) -> ModelUnavailableError:
+    """One error for a model resolved by name that the package archived: the commit that holds
+    it and how to get it."""
+    at, path = str(record.get("at", "?")), str(record.get("path", f"engram_eval/models/{name}"))
+    return ModelUnavailableError(
+        f"model {name!r} is archived: the package no longer ships it (the retention rule, "
+        f"README 'Reproduce a published number'); commit {at[:12]} holds it at {path}. "
+        f"Re-execute a run that used it with `engram-eval reproduce ID` (a clean worktree of "
+        f"the run's commit, which holds the model), or restore it into this checkout with "
+        f"`git restore --source {at[:12]} -- {path}`")
+
+
 def read_card(directory: Path) -> dict[str, Any]:
     """The settings card of a model directory (``card.json``); one clear error when it is
     unreadable or not a card."""
@@ -202,6 +234,10 @@ def _shipped(name: str, role: str) -> ModelRef:
     files_dir = directory
     base = card.get("weights_from")
     if base is not None:
+        if isinstance(base, str) and base not in shipped_models():
+            archived = archived_model(base)
+            if archived is not None:
+                raise archived_model_error(base, archived)
         if not isinstance(base, str) or base == name or base not in shipped_models():
             raise ModelUnavailableError(f"{directory / CARD_FILE}: weights_from {base!r} is not "
                                         "another shipped model; reinstall the package")
@@ -281,6 +317,9 @@ def resolve_model(name_or_path: str, role: str) -> ModelRef:
     checked against its card's file hashes first."""
     if name_or_path in shipped_models():
         return _shipped(name_or_path, role)
+    archived = archived_model(name_or_path) if "/" not in name_or_path else None
+    if archived is not None:
+        raise archived_model_error(name_or_path, archived)
     p = Path(name_or_path).expanduser()
     if p.is_dir():
         problem = model_dir_problem(p)

@@ -344,3 +344,63 @@ def _data_arg(arg: str, tree: Path, entry: Mapping[str, Any],
                     Path(str(f.get("file"))).name == p.name:
                 return str(find_data(str(f["sha256"]), p.name, data).resolve())
     return arg
+
+
+#: The shipped encoder whose int8 vectors depend on their batch (PROVENANCE.md section 22,
+#: "Known defect"): a run that used it may fail a re-execution for that reason alone; such a
+#: failure is reported apart, never hidden.
+BATCH_DEPENDENT_ENCODER = "engram-minilm-conv-v1"
+
+
+@dataclass(frozen=True)
+class KeptOutcome:
+    """``reproduce --kept``: each kept run's outcome, by id; ``known_defect`` the failed ones
+    that used :data:`BATCH_DEPENDENT_ENCODER`; ``errors`` those that could not start (data
+    absent, ...), with the reason."""
+
+    outcomes: dict[str, Outcome]
+    known_defect: tuple[str, ...]
+    errors: dict[str, str]
+
+    @property
+    def ok(self) -> bool:
+        failed = [i for i, o in self.outcomes.items() if not o.ok]
+        return not self.errors and all(i in self.known_defect for i in failed)
+
+
+def kept_runs(root: str | Path) -> list[dict[str, Any]]:
+    """The catalogue's runs in the tree that the retention rule keeps (every run in the tree
+    once the rule is applied), in catalogue order."""
+    cat = C.load(Path(root) / C.CATALOG)
+    return [dict(e) for e in cat["entries"] if e["type"] == "run"]
+
+
+def reproduce_kept(root: str | Path, *, data: Sequence[str | Path] = (), here: bool = False,
+                   questions: int | None = 3, only: Sequence[str] = (),
+                   echo: Callable[[str], None] = print) -> KeptOutcome:
+    """``verify --rerun K --rerun-seed 0`` on every kept published run, each at its commit
+    (or ``here``): :class:`KeptOutcome`. ``only``: fnmatch patterns of ids to run."""
+    import fnmatch
+
+    outcomes: dict[str, Outcome] = {}
+    errors: dict[str, str] = {}
+    defect: list[str] = []
+    for e in kept_runs(root):
+        if only and not any(fnmatch.fnmatchcase(e["id"], p) for p in only):
+            continue
+        echo(f"== {e['id']}")
+        try:
+            out = reproduce(root, e["id"], data=data, here=here, questions=questions,
+                            echo=echo)
+        except ConfigError as err:
+            errors[e["id"]] = str(err)
+            echo(f"   not run: {err}")
+            continue
+        outcomes[e["id"]] = out
+        models = {m.get("name") for m in (e.get("inputs") or {}).get("models") or []}
+        if not out.ok and BATCH_DEPENDENT_ENCODER in models:
+            defect.append(e["id"])
+        echo(f"   {'REPRODUCED' if out.ok else 'NOT REPRODUCED'}"
+             + (" (known defect: the int8 people's encoder, PROVENANCE.md section 22)"
+                if e["id"] in defect else ""))
+    return KeptOutcome(outcomes, tuple(defect), errors)
