@@ -91,6 +91,18 @@ CLAIMS: tuple[Claim, ...] = (
           "the README's analyser is §14's choice (lexical_choice.json holds its figures); the "
           "fusion of §14 was superseded by §18, so its tuning runs and held-out runs are history",
           ("lexical/lexical_choice.json",)),
+    Claim("people's chats not reranked (§11)",
+          "the default leaves people's chats unreranked because the rerank lost there at rank 1 "
+          "on the LoCoMo tune conversations out of fold (rerank_choice.json and its fold runs; "
+          "the README cites §11 for it); §11's held-out runs were regression checks after it",
+          ("locomo_rerank/rerank_choice.json",)),
+    Claim("the README's figures",
+          "figures the README states, by the file that holds each: flat-bm25's official "
+          "protocol equal to the reference printer's (Metrics and denominators; the real-data "
+          "parity test reads it), the people gate's held-out AUROC under calibrations v5 and v6 "
+          "(Production-confidence checks, why people's chats are ungated)",
+          ("longmemeval_s_dev/flat_bm25", "confidence_v5/heldout_locomo.json",
+           "confidence_v6/heldout_locomo.json")),
     Claim("the held-out parts",
           "the split manifests define the held-out parts every held-out run is checked on, and "
           "the ledger records every use of them",
@@ -158,6 +170,16 @@ def _entry_for(rel: str, by_path: Mapping[str, str]) -> str | None:
     return None
 
 
+def _written_together(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether ``b`` is a file the command that made ``a`` wrote too (the two share a recorded
+    command): named among its arguments (``--output X --plot Y``), or named after ``a`` (a
+    tuned YAML's ``X.yaml.tuning.json``) or ``a`` after it."""
+    pa, pb = str(a.get("path")), str(b.get("path"))
+    cmd = a.get("command") or []
+    args = {str(x) for c in cmd for x in (c if isinstance(c, list) else [c])}
+    return pb in args or pb.startswith(pa + ".") or pa.startswith(pb + ".")
+
+
 def _command_key(entry: Mapping[str, Any]) -> str | None:
     cmd = entry.get("command")
     return json.dumps(cmd) if cmd else None
@@ -206,10 +228,12 @@ def shipped_dirs(root: Path) -> list[str]:
 
 
 def plan(root: str | Path, catalog: Mapping[str, Any], default_models: Iterable[str],
-         claims: Iterable[Claim] = CLAIMS) -> Plan:
+         claims: Iterable[Claim] | None = None) -> Plan:
     """Apply the rule (module docstring) to the catalogue of the checkout at ``root``: every
-    entry in the tree or the archive is kept (with its reasons) or to be archived."""
+    entry in the tree or the archive is kept (with its reasons) or to be archived.
+    ``claims``: the current claims (default :data:`CLAIMS`, this repository's)."""
     root = Path(root)
+    claims = CLAIMS if claims is None else claims
     entries = {e["id"]: e for e in [*catalog["entries"], *catalog.get("archive", [])]
                if not str(e["id"]).startswith(MODEL_PREFIX)}
     by_path = {str(e.get("path")): i for i, e in entries.items()}
@@ -235,6 +259,7 @@ def plan(root: str | Path, catalog: Mapping[str, Any], default_models: Iterable[
     ledger = root / "results" / "heldout_ledger.json"
     if ledger.is_file():
         doc = json.loads(ledger.read_text(encoding="utf-8"))
+        keep(_match(["heldout_ledger.json"], entries), "the ledger of every held-out use")
         for rel in ledger_measurements(doc):
             i = _entry_for(rel, by_path)
             if i is None:
@@ -256,7 +281,8 @@ def plan(root: str | Path, catalog: Mapping[str, Any], default_models: Iterable[
         keep(_named_inputs(e, by_path), f"an input of {i}")
         key = _command_key(e)
         if key is not None:
-            keep([s for s in siblings[key] if s != i], f"written by the command that made {i}")
+            keep([s for s in siblings[key] if s != i and _written_together(e, entries[s])],
+                 f"written by the command that made {i}")
     out.archive = sorted(i for i in entries if i not in out.keep)
     out.models_keep = needed_models(root, default_models)
     out.models_archive = [m for m in shipped_dirs(root) if m not in out.models_keep]
@@ -306,13 +332,13 @@ def applies(root: str | Path) -> bool:
     return (Path(root) / "engram_eval" / "provenance" / "retention.py").is_file()
 
 
-def problems(root: str | Path, catalog: Mapping[str, Any],
-             default_models: Iterable[str]) -> list[str]:
+def problems(root: str | Path, catalog: Mapping[str, Any], default_models: Iterable[str],
+             claims: Iterable[Claim] | None = None) -> list[str]:
     """Where the tree breaks the rule: a kept-by-rule entry archived, an entry in the tree no
     claim keeps, a shipped model no default needs, a needed model absent, and the package's
     index of archived models out of step with the catalogue."""
     root = Path(root)
-    p = plan(root, catalog, default_models)
+    p = plan(root, catalog, default_models, claims)
     out: list[str] = []
     archived = {a["id"] for a in catalog.get("archive", [])}
     for i in sorted(archived & set(p.keep)):

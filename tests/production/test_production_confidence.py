@@ -286,8 +286,10 @@ def test_validation_v3_fixture():
     qs = [q for c in view.cases for q in c.queries]
     assert view.heldout and len(view.cases) >= 15 and len(qs) >= 75
     assert all(any(gold(q.question_id) == () for q in c.queries) for c in view.cases)
-    frozen = json.loads((REPO / "results" / "confidence" /
-                         "validation_v3.before_calibration.frozen.json").read_text())
+    from published_files import published_bytes
+
+    frozen = json.loads(published_bytes(
+        "results/confidence/validation_v3.before_calibration.frozen.json"))
     from engram_eval.io import sha256_file
 
     assert frozen["input"]["sha256"] == sha256_file(

@@ -653,12 +653,14 @@ def test_a_record_from_before_the_calibrated_rerank_gate_reads_as_the_sigmoid() 
     way)."""
     import dataclasses
 
+    from published_files import published_bytes
+
     from engram_eval.production.confidence import check_calibration, load_calibration
     from engram_eval.production.search import Engine
     from engram_eval.production.settings import RECORDED_SETTINGS_V4, ProductionSettings, data_file
 
-    published = json.loads((REPO / "results" / "shipped_reranker" / "production_dev.json")
-                           .read_text())["settings"]
+    published = json.loads(published_bytes("results/shipped_reranker/production_dev.json")
+                           )["settings"]
     assert published["rerank"] and "rerank_confidence" not in published
     made = ProductionSettings.from_recorded(published)
     assert made.rerank and made.rerank_confidence == "sigmoid"

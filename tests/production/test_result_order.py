@@ -42,7 +42,9 @@ def test_a_record_without_the_field_reads_back_as_the_order_it_ran() -> None:
         rec = json.loads(data_file(f"engram_eval/production/data/{name}").read_text())
         assert "result_order" not in rec
         assert ProductionSettings.from_recorded(rec).result_order == "confidence"
-    published = json.loads((REPO / "results/confidence_v6/holdout.json").read_text())
+    from published_files import published_bytes
+
+    published = json.loads(published_bytes("results/confidence_v6/holdout.json"))
     assert "result_order" not in published["settings"]
     s = ProductionSettings.from_recorded(
         {k: v for k, v in published["settings"].items() if k != "calibration_sha256"})

@@ -1,5 +1,6 @@
 """Every repository path the documents name exists: README.md, PROVENANCE.md and any
-results/**/README.md (fast; reads text only).
+results/**/README.md (fast; reads text only). A file the retention rule archived exists in git
+history, at the commit the catalogue's archive names, and counts as existing.
 
 A *repository path* is a word inside backticks (inline code or a fenced block) whose first
 segment is a top-level entry of the repository (``engram_eval/...``, ``scripts/...``,
@@ -42,7 +43,7 @@ def _placeholder(path: str) -> bool:
         return True
     stems = [s.split(".")[0] for s in path.split("/") if s]
     return any(len(s) == 1 for s in stems) or (
-        any(_CAPS.fullmatch(s) for s in stems) and not (ROOT / path).exists())
+        any(_CAPS.fullmatch(s) for s in stems) and not _exists(path))
 
 
 def _expand(word: str) -> list[str]:
@@ -72,9 +73,31 @@ def named_paths(text: str) -> set[str]:
     return out
 
 
+def _archived() -> set[str]:
+    """The paths the catalogue's archive holds in git history (issue 46's retention rule):
+    each archived file with its companions, an archived model's directory and files, and the
+    folders above them."""
+    from engram_eval.provenance import catalog as C
+
+    out: set[str] = set()
+    for a in C.load(ROOT / C.CATALOG).get("archive", []):
+        paths = [a["path"], *C.companions(a["path"])]
+        if a.get("type") == "model":
+            folder = Path(a["path"]).parent
+            paths += [(folder / f).as_posix() for f in a.get("files") or {}]
+        for q in paths:
+            out.add(q)
+            out.update(p.as_posix() for p in Path(q).parents if p.as_posix() != ".")
+    return out
+
+
+ARCHIVED = _archived()
+
+
 def _exists(path: str) -> bool:
+    """In the tree, or archived (the catalogue names the commit that holds it)."""
     p = ROOT / path
-    if p.exists():
+    if p.exists() or path.rstrip("/") in ARCHIVED:
         return True
     head, _, attr = path.rpartition(".")  # tests/tiny_models.build_cross_encoder
     return bool(head) and attr.isidentifier() and (ROOT / f"{head}.py").is_file()

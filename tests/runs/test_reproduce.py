@@ -175,3 +175,30 @@ def test_an_input_file_outside_the_results_is_found_by_its_hash(tmp_path: Path) 
     copy.write_text("[]")  # another file under the same name: not taken
     with pytest.raises(ConfigError, match=audit.name):
         _data_arg(f"/elsewhere/{audit.name}", tmp_path, entry, [tmp_path / "d"])
+
+
+#: Two published comparisons the retention rule archived (issue 46 point 4), whose inputs are
+#: archived runs too: no data needed to make them again.
+ARCHIVED = ("lexical/compare_default_vs_first_stage.json",
+            "systems_leak/compare_bm25s_real_vs_opaque.json")
+
+
+@needs_history
+def test_two_archived_entries_reproduce_from_git_history_by_id() -> None:
+    """Out of the tree, with their input runs, each is re-executed by id from git history: one
+    in a clean worktree of its commit (byte for byte), one with today's code, its inputs staged
+    from the commit the archive names."""
+    from engram_eval.provenance import catalog as C
+
+    cat = C.load(ROOT / C.CATALOG)
+    archived = {a["id"]: a for a in cat["archive"]}
+    for entry_id in ARCHIVED:
+        entry = archived[entry_id]
+        assert not (ROOT / entry["path"]).exists()
+        for inp in entry["inputs"]["files"]:
+            assert not (ROOT / inp["file"]).exists()  # its runs left the tree too
+    at_commit = reproduce(ROOT, ARCHIVED[0])
+    assert at_commit.ok, at_commit.lines
+    assert "equals the published one" in at_commit.lines[-1]
+    here = reproduce(ROOT, ARCHIVED[1], here=True)
+    assert here.ok, here.lines
