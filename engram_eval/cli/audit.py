@@ -269,9 +269,11 @@ def add_reproduce(sub: Any) -> None:
                    "results/, a run's without .jsonl.gz) or the file's path")
     r.add_argument("--kept", action="store_true",
                    help="instead of one ID: every published run the tree keeps (the retention "
-                   "rule), each at its commit; --questions defaults to 3 here; a failure of a "
-                   "run that used the int8 people's encoder is reported apart (PROVENANCE.md "
-                   "section 22, known defect)")
+                   "rule), re-executed with today's code and the recorded settings (a run that "
+                   "used an archived model: at its commit, whose tree holds it); --questions "
+                   "defaults to 3 here; a failure of a run that used the int8 people's encoder "
+                   "is reported apart (PROVENANCE.md section 22, known defect), a run whose "
+                   "model is not on this machine is listed as skipped")
     r.add_argument("--only", action="append", default=[], metavar="PATTERN",
                    help="with --kept: only the ids matching this fnmatch pattern (repeatable)")
     r.add_argument("--root", default=".", help="the checkout (default: the current folder)")
@@ -303,6 +305,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         for label, ids in (("NOT REPRODUCED", failed),
                            ("not reproduced, known defect (PROVENANCE.md section 22)",
                             list(kept.known_defect)),
+                           ("skipped (a model not on this machine)", sorted(kept.skipped)),
                            ("not run", sorted(kept.errors))):
             if ids:
                 print(f"{label}: {', '.join(ids)}")

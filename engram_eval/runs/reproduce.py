@@ -355,11 +355,13 @@ BATCH_DEPENDENT_ENCODER = "engram-minilm-conv-v1"
 @dataclass(frozen=True)
 class KeptOutcome:
     """``reproduce --kept``: each kept run's outcome, by id; ``known_defect`` the failed ones
-    that used :data:`BATCH_DEPENDENT_ENCODER`; ``errors`` those that could not start (data
-    absent, ...), with the reason."""
+    that used :data:`BATCH_DEPENDENT_ENCODER`; ``skipped`` those that cannot re-execute on
+    this machine (a model trained by a publish step and never committed), with the reason;
+    ``errors`` those that could not start (data absent, ...), with the reason."""
 
     outcomes: dict[str, Outcome]
     known_defect: tuple[str, ...]
+    skipped: dict[str, str]
     errors: dict[str, str]
 
     @property
@@ -369,29 +371,65 @@ class KeptOutcome:
 
 
 def kept_runs(root: str | Path) -> list[dict[str, Any]]:
-    """The catalogue's runs in the tree that the retention rule keeps (every run in the tree
-    once the rule is applied), in catalogue order."""
+    """The catalogue's runs in the tree (the ones the retention rule keeps, once applied), in
+    catalogue order."""
     cat = C.load(Path(root) / C.CATALOG)
     return [dict(e) for e in cat["entries"] if e["type"] == "run"]
+
+
+def absent_model(entry: Mapping[str, Any]) -> str | None:
+    """Why a run cannot re-execute here, or None: a model it recorded by path (trained by a
+    publish step, never committed) that is not on this machine."""
+    for m in (entry.get("inputs") or {}).get("models") or []:
+        name = str(m.get("name") or "")
+        if m.get("role") in ("reranker", "embedding") and name.startswith("/") and \
+                not Path(name).exists():
+            return (f"its {m.get('role')} model {name} is not on this machine (trained by a "
+                    "publish step and never committed; PROVENANCE.md names the command)")
+    return None
+
+
+def needs_its_commit(entry: Mapping[str, Any]) -> str | None:
+    """The archived shipped model a run recorded (resolvable only in a worktree of a commit
+    that holds it), or None."""
+    from engram_eval.retrieval.models import archived_model
+
+    for m in (entry.get("inputs") or {}).get("models") or []:
+        name = str(m.get("name") or "")
+        if "/" not in name and name and archived_model(name) is not None:
+            return name
+    return None
 
 
 def reproduce_kept(root: str | Path, *, data: Sequence[str | Path] = (), here: bool = False,
                    questions: int | None = 3, only: Sequence[str] = (),
                    echo: Callable[[str], None] = print) -> KeptOutcome:
-    """``verify --rerun K --rerun-seed 0`` on every kept published run, each at its commit
-    (or ``here``): :class:`KeptOutcome`. ``only``: fnmatch patterns of ids to run."""
+    """``verify --rerun K --rerun-seed 0`` on every kept published run (``only``: fnmatch
+    patterns of ids): with today's code, the recorded sources checked against the run's
+    commit (the data tier's re-execution), except a run that used an archived model, which
+    runs in a clean worktree of its commit (that tree holds the model); ``here``: every run
+    with today's code. :class:`KeptOutcome`."""
     import fnmatch
 
     outcomes: dict[str, Outcome] = {}
     errors: dict[str, str] = {}
+    skipped: dict[str, str] = {}
     defect: list[str] = []
     for e in kept_runs(root):
         if only and not any(fnmatch.fnmatchcase(e["id"], p) for p in only):
             continue
         echo(f"== {e['id']}")
+        why = absent_model(e)
+        if why is not None:
+            skipped[e["id"]] = why
+            echo(f"   skipped: {why}")
+            continue
+        archived = None if here else needs_its_commit(e)
+        if archived is not None:
+            echo(f"   it used the archived model {archived}: at its commit {e.get('commit')}")
         try:
-            out = reproduce(root, e["id"], data=data, here=here, questions=questions,
-                            echo=echo)
+            out = reproduce(root, e["id"], data=data, here=archived is None,
+                            questions=questions, echo=echo)
         except ConfigError as err:
             errors[e["id"]] = str(err)
             echo(f"   not run: {err}")
@@ -400,7 +438,9 @@ def reproduce_kept(root: str | Path, *, data: Sequence[str | Path] = (), here: b
         models = {m.get("name") for m in (e.get("inputs") or {}).get("models") or []}
         if not out.ok and BATCH_DEPENDENT_ENCODER in models:
             defect.append(e["id"])
+        for line in out.lines:
+            echo(f"   {line}")
         echo(f"   {'REPRODUCED' if out.ok else 'NOT REPRODUCED'}"
              + (" (known defect: the int8 people's encoder, PROVENANCE.md section 22)"
                 if e["id"] in defect else ""))
-    return KeptOutcome(outcomes, tuple(defect), errors)
+    return KeptOutcome(outcomes, tuple(defect), skipped, errors)

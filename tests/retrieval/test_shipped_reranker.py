@@ -269,10 +269,10 @@ def test_people_chats_are_not_reranked_when_the_card_says_so(shipped: Path,
 SHIPPED = "engram-ce-minilm-v4"  # the package default (PROVENANCE.md section 20)
 
 
-@pytest.mark.parametrize("name", ["engram-ce-minilm-v1", "engram-ce-minilm-v2", "engram-ce-minilm-v3",
-                                  "engram-ce-minilm-v4"])
+@pytest.mark.parametrize("name", ["engram-ce-minilm-v3", "engram-ce-minilm-v4"])
 def test_the_shipped_reranker_resolves_with_its_card(name: str) -> None:
-    """Every shipped version stays resolvable (earlier runs re-execute with theirs)."""
+    """Every shipped version resolves with its card (v4, the default, a card over v3's
+    weights)."""
     ref = resolve_model(name, "reranker")
     settings, _ = model_settings_card(ref)
     assert settings is not None and settings["rerank_unit"] == "turn"
@@ -280,6 +280,30 @@ def test_the_shipped_reranker_resolves_with_its_card(name: str) -> None:
     assert card["training_card"]["part"]["split_part"] == "tune"  # never a held-out part
     size = sum(p.stat().st_size for p in Path(ref.path).iterdir())
     assert size <= 50 * 2**20  # the repository budget of issue 26
+
+
+@pytest.mark.parametrize("name", ["engram-ce-minilm-v1", "engram-ce-minilm-v2"])
+def test_an_archived_reranker_by_name_is_one_error_naming_the_commit_that_holds_it(name: str
+                                                                                   ) -> None:
+    """The retention rule archived the superseded versions (issue 46): resolving one by name
+    names the commit whose tree holds it and how to get it, and the commit does hold its card
+    (a run that used it re-executes there: ``engram-eval reproduce ID``)."""
+    import subprocess
+
+    from engram_eval.retrieval.models import archived_model
+
+    record = archived_model(name)
+    assert record is not None
+    at = str(record["at"])
+    with pytest.raises(ModelUnavailableError, match=rf"{name}' is archived.*commit {at[:12]} "
+                       rf"holds it at engram_eval/models/{name}.*engram-eval reproduce ID.*"
+                       rf"git restore --source {at[:12]}"):
+        resolve_model(name, "reranker")
+    shown = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e",
+                            f"{at}:engram_eval/models/{name}/card.json"], check=False)
+    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"],
+                      capture_output=True, text=True, check=False).stdout.strip() == "false":
+        assert shown.returncode == 0
 
 
 def test_every_shipped_model_together_stays_within_the_budget() -> None:
