@@ -142,6 +142,15 @@ def test_published_run_reexecutes(result: Path, split_parts: dict[str, Path]) ->
         if differ:
             pytest.skip(f"the cross-encoder at {model} is not the run's ({differ} differ "
                         f"from the recorded hashes; {how})")
+    archived = _archived_model_of(result)
+    if archived is not None:  # its model left the tree: re-executed at its commit, which holds it
+        from engram_eval.runs.reproduce import reproduce
+
+        entry_id = result.relative_to(RESULTS_DIR).as_posix().removesuffix(".gz")
+        out = reproduce(ROOT, entry_id.removesuffix(".jsonl"), data=[dataset],
+                        questions=RERUN_QUESTIONS)
+        assert out.ok, "\n".join(out.lines)
+        return
     try:
         check_verifies(result, dataset, publishing_commit(result), RERUN_QUESTIONS,
                        gold_overlay=_overlay_of(result))
@@ -151,6 +160,16 @@ def test_published_run_reexecutes(result: Path, split_parts: dict[str, Path]) ->
                          f"{BATCH_DEPENDENT_ENCODER}'s int8 vectors depend on their batch, so "
                          "a re-execution can swap sessions deep in a ranking")
         raise
+
+
+def _archived_model_of(result: Path) -> str | None:
+    """The archived shipped model a published run recorded (issue 46's retention rule), or
+    None."""
+    from engram_eval.retrieval.models import archived_model
+
+    meta = json.loads(Path(str(result) + ".metadata.json").read_text())
+    names = [str(m.get("name") or "") for m in meta["models"]]
+    return next((n for n in names if n and "/" not in n and archived_model(n)), None)
 
 
 #: The shipped encoder whose dynamically quantised graph makes a text's vector depend on the
@@ -249,8 +268,8 @@ def test_published_run_rebuilds_from_its_recorded_settings(result: Path) -> None
 
 
 # ------------------------------------------------------------- configs tuned over several parts
-#: Published multi-run tune configs whose runs are all in the repository: (config, its runs in
-#: order), each tuned with section 14's command (grid, protocols, worst-ratio, folds by
+#: Published multi-run tune configs (archived by the retention rule with their runs: read from
+#: git history): (config, its runs in order), each tuned with section 14's command (grid, protocols, worst-ratio, folds by
 #: conversation, 5 folds, seed 0).
 RETUNED = [
     ("lexical/tuned_first_stage.yaml",
@@ -268,14 +287,25 @@ def test_published_multi_part_config_is_retuned_byte_for_byte(
     """Re-tuning the published runs writes the published config, byte for byte: in particular
     runs recorded before a field existed (section 14's, without the turn top-m fields) give no
     people_overrides entry for it (their legacy value on both structures)."""
-    from engram_eval.analysis.tune_parts import tune_parts
+    from published_files import published_bytes
 
-    monkeypatch.chdir(ROOT)  # the config's header names the runs as given
+    from engram_eval.analysis.tune_parts import tune_parts
+    from engram_eval.provenance.catalog import companions
+
+    # the runs at their published paths, from the tree or, archived, from git history
+    stage = tmp_path / "checkout"
+    for r in runs:
+        for name in (f"results/{r}", *companions(f"results/{r}")):
+            (stage / name).parent.mkdir(parents=True, exist_ok=True)
+            (stage / name).write_bytes(published_bytes(name))
+    grid = "benchmarks/longmemeval/tune_grid.yaml"
+    (stage / grid).parent.mkdir(parents=True)
+    (stage / grid).write_bytes((ROOT / grid).read_bytes())
+    monkeypatch.chdir(stage)  # the config's header names the runs as given
     out = tmp_path / Path(config).name
-    tune_parts([f"results/{r}" for r in runs], "benchmarks/longmemeval/tune_grid.yaml", out,
-               protocols=["answerable", "locomo"], rule="worst-ratio", folds=5, seed=0,
+    tune_parts([f"results/{r}" for r in runs], grid, out, protocols=["answerable", "locomo"], rule="worst-ratio", folds=5, seed=0,
                cluster="id-prefix")
-    assert out.read_bytes() == (RESULTS_DIR / config).read_bytes()
+    assert out.read_bytes() == published_bytes(f"results/{config}")
 
 
 @pytest.mark.data
