@@ -665,7 +665,10 @@ def test_a_record_from_before_the_calibrated_rerank_gate_reads_as_the_sigmoid() 
     made = ProductionSettings.from_recorded(published)
     assert made.rerank and made.rerank_confidence == "sigmoid"
     assert ProductionSettings().rerank_confidence == "calibration"
-    engine = Engine(dataclasses.replace(made, calibration="/nonexistent/calibration.json"))
+    # the gate's reading, not the weights: the shipped reranker stands in for the archived v1
+    # those runs named (issue 46's retention rule)
+    engine = Engine(dataclasses.replace(made, calibration="/nonexistent/calibration.json",
+                                        reranker_model=ProductionSettings().reranker_model))
     assert not engine.applies_calibration() and engine.model_for("short") is None
     assert engine.describe()["confidence"] == "sigmoid(cross-encoder logit)"
 
