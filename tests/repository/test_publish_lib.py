@@ -506,14 +506,23 @@ def test_publish_scripts_refuse_before_anything_runs(tmp_path: Path, script: str
 
 
 def test_publish_memo_refuses_the_published_files(tmp_path: Path) -> None:
-    """Run from the repository, whose results/ already hold the memo publication: refused with
-    nothing run and nothing created (the check names companions too)."""
-    before = sorted(p.name for p in (ROOT / "results" / "longmemeval_s_dev").iterdir())
+    """Run from a checkout whose results/ hold the memo publication (the repository's, read
+    back from git history where the retention rule archived it): refused with nothing run
+    and nothing created (the check names companions too)."""
+    from published_files import published_bytes
+
+    checkout = tmp_path / "checkout"
+    for rel in ("results/longmemeval_s_dev/memo_lexical.jsonl.gz",
+                "results/locomo10/memo_lexical.jsonl.gz"):
+        for name in (rel, rel + ".metadata.json", rel + ".summary.json"):
+            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+            (checkout / name).write_bytes(published_bytes(name))
+    before = sorted(p.name for p in (checkout / "results" / "longmemeval_s_dev").iterdir())
     p = _script(tmp_path, "publish_memo.sh", ["l.json", "lo.json", "c", str(tmp_path / "s")],
-                cwd=ROOT)
+                cwd=checkout)
     assert p.returncode == 1 and "refusing to publish" in p.stderr, p.stderr
     assert "memo_lexical" in p.stderr and all_calls(tmp_path) == []
-    assert sorted(p.name for p in (ROOT / "results" / "longmemeval_s_dev").iterdir()) == before
+    assert sorted(p.name for p in (checkout / "results" / "longmemeval_s_dev").iterdir()) == before
 
 
 def test_production_measurements_are_all_frozen_before_any_runs(tmp_path: Path) -> None:
