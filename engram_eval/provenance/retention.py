@@ -101,7 +101,10 @@ CLAIMS: tuple[Claim, ...] = (
           "parity test reads it), the people gate's held-out AUROC under calibrations v5 and v6 "
           "(Production-confidence checks, why people's chats are ungated)",
           ("longmemeval_s_dev/flat_bm25", "confidence_v5/heldout_locomo.json",
-           "confidence_v6/heldout_locomo.json")),
+           "confidence_v6/heldout_locomo.json",
+           # Evaluate your own system: the prefix leak's recall_all@5 .99 with real ids and
+           # chance with opaque ones (§23)
+           "systems_leak/compare_prefix_leak_real_vs_opaque.json")),
     Claim("the held-out parts",
           "the split manifests define the held-out parts every held-out run is checked on, and "
           "the ledger records every use of them",
@@ -436,6 +439,9 @@ def apply(root: str | Path, catalog: Mapping[str, Any], p: Plan) -> dict[str, An
     in_tree = {e["id"] for e in catalog["entries"]}
     moving = [i for i in p.archive if i in in_tree]
     out = archive(root, catalog, moving) if moving else dict(catalog)
+    back = [a for a in out.get("archive", []) if a["id"] in p.keep]
+    if back:
+        out = restore(root, out, back)
     if p.models_archive:
         out = {**out, "archive": [*out.get("archive", []),
                                   *archive_models(root, p.models_archive)]}
@@ -443,3 +449,35 @@ def apply(root: str | Path, catalog: Mapping[str, Any], p: Plan) -> dict[str, An
     if index["models"] or (root / ARCHIVED_MODELS).is_file():
         atomic_write(root / ARCHIVED_MODELS, json.dumps(index, indent=2) + "\n")
     return out
+
+
+def restore(root: Path, catalog: Mapping[str, Any], entries: Iterable[Mapping[str, Any]]
+            ) -> dict[str, Any]:
+    """``catalog`` with the archived ``entries`` back in the tree: each file and its
+    companions written from git history at the entry's ``at`` (its sha256 checked), the entry
+    listed again as it was catalogued. Its ``commit`` (the code that made it) must then be
+    named in :data:`engram_eval.provenance.catalog.SOURCES_AT`, since git now names the
+    restoring commit as the one that added it (``catalog --check`` says so)."""
+    import hashlib
+
+    from engram_eval.io import atomic_write
+    from engram_eval.provenance.catalog import companions, git_blob
+
+    entries = list(entries)
+    for e in entries:
+        for rel in [e["path"], *companions(e["path"])]:
+            blob = git_blob(root, str(e["at"]), rel)
+            if blob is None:
+                if rel == e["path"]:
+                    raise ConfigError(f"{rel}: archived at {e['at']}, but git history has no "
+                                      "such file there")
+                continue
+            if rel == e["path"] and hashlib.sha256(blob).hexdigest() != e.get("sha256"):
+                raise ConfigError(f"{rel}: archived at {e['at']} with another sha256 than the "
+                                  "catalogue's")
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(root / rel, blob)
+    ids = {e["id"] for e in entries}
+    back = [{k: v for k, v in e.items() if k != "at"} for e in entries]
+    return {**catalog, "entries": sorted([*catalog["entries"], *back], key=lambda e: e["path"]),
+            "archive": [a for a in catalog.get("archive", []) if a["id"] not in ids]}

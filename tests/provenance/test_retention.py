@@ -121,6 +121,16 @@ def test_applied_the_tree_holds_what_the_rule_keeps_and_the_check_says_when_not(
                                                       "models": {}}))
     assert any("does not list the catalogue's archived models (tiny-old)" in p
                for p in problems(cat))
+    # a claim that comes to need an archived entry: applied, it is back in the tree as it was
+    wanted = [CLAIM, R.Claim("another", "e again", ("demo/e",))]
+    (tree / R.MODELS / "tiny-spare" / "card.json").unlink()
+    (tree / R.MODELS / "tiny-spare").rmdir()
+    again = R.apply(tree, cat, R.plan(tree, cat, ["tiny-new"], claims=wanted))
+    assert "demo/e" in {e["id"] for e in again["entries"]}
+    assert "demo/e" not in {a["id"] for a in again["archive"]}
+    archived_e = next(a for a in cat["archive"] if a["id"] == "demo/e")
+    assert C.sha256_file(tree / "results/demo/e.jsonl") == archived_e["sha256"]
+    assert (tree / "results/demo/e.jsonl.metadata.json").is_file()
 
 
 def test_the_readme_cites_ids_and_paths() -> None:
