@@ -69,10 +69,13 @@ SOURCES_AT: dict[str, str] = {
     "rerank_prior/fold?_score_*.jsonl.gz": "15028a5",
     "rerank_prior/heldout_prior_lme_v4.jsonl.gz": "2ee10c4",
     "confidence_v6/locomo_tune_default.jsonl.gz": "f594cca",
-    # archived by the retention rule and restored (a README figure, §23): git names the
+    # archived by the retention rule and restored (a README figure, §23; the behaviour
+    # check's recorded production settings, §4): git names the
     # restoring commit as the one that added them; their code is that of their publication
     "systems_leak/prefix_leak_*.jsonl.gz": "693aad0",
     "systems_leak/compare_prefix_leak_real_vs_opaque.*": "693aad0",
+    "production/dev.json": "3725f65",  # restored too: the behaviour check reads its settings
+    "production/dev.frozen.json": "3725f65",
 }
 
 _RUN_SUFFIXES = (".jsonl.gz", ".jsonl")

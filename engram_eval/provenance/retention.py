@@ -105,6 +105,11 @@ CLAIMS: tuple[Claim, ...] = (
            # Evaluate your own system: the prefix leak's recall_all@5 .99 with real ids and
            # chance with opaque ones (§23)
            "systems_leak/compare_prefix_leak_real_vs_opaque.json")),
+    Claim("the behaviour check (§4)",
+          "scripts/behaviour_check.py re-runs each production fixture under the settings its "
+          "published run recorded (results/production/<fixture>.json): the dev fixture's run "
+          "backs that check beside the two held-out measurements",
+          ("production/dev.json",)),
     Claim("the held-out parts",
           "the split manifests define the held-out parts every held-out run is checked on, and "
           "the ledger records every use of them",
