@@ -78,8 +78,9 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("the people's encoder engram-minilm-conv-v1 (§22)",
           "the whole publication of the encoder now in use: the choice out of fold "
           "(encoder_choice.json, its fold runs, the fold encoders' cards), the held-out "
-          "conversations once in the shipped int8 form and in fp32, and its comparisons with "
-          "MiniLM (the README's baseline figure) and with BM25 alone",
+          "conversations once in the shipped int8 form and in fp32, its comparisons with "
+          "MiniLM (the README's baseline figure) and with BM25 alone, and the batch fix's runs "
+          "(the default embedding_batch_isolated: the README's held-out figure since)",
           ("dense_encoder/*",)),
     Claim("the default gate, calibration v7 (§25)",
           "the whole publication of the gate now in use: both orders, the feature study, the "
@@ -425,9 +426,12 @@ def report(p: Plan, catalog: Mapping[str, Any], root: Path) -> list[str]:
     lines += [f"archive model {m}" for m in p.models_archive]
     kept = sum(size(e) for i, e in in_tree.items() if i in p.keep)
     moved = sum(size(e) for i, e in in_tree.items() if i not in p.keep)
+    models = sum(f.stat().st_size for m in p.models_keep
+                 for f in (root / MODELS / m).rglob("*") if f.is_file())
     lines.append(f"{len(p.keep)} entries kept ({kept / 1e6:.1f} MB in the tree), "
                  f"{sum(1 for i in in_tree if i not in p.keep)} to archive ({moved / 1e6:.1f} MB), "
-                 f"{len(p.models_archive)} model(s) to archive")
+                 f"{len(p.models_keep)} model(s) kept ({models / 1e6:.1f} MB), "
+                 f"{len(p.models_archive)} to archive")
     return lines
 
 
