@@ -181,6 +181,10 @@ def add_catalog(sub: Any) -> None:
                       "commit (HEAD) that holds its file, and the file and its companions are "
                       "removed from the working tree once git holds them byte for byte "
                       "(commit the removal and the catalogue next)")
+    mode.add_argument("--makefile", action="store_true",
+                      help="write Makefile (the checkout's root) from the catalogue: a target "
+                      "per planned entry, its inputs as prerequisites, its recipe engram-eval "
+                      "publish ID (--write and --archive rewrite it too)")
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
@@ -188,16 +192,25 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
     from engram_eval.io import atomic_write
     from engram_eval.provenance import catalog as C
+    from engram_eval.provenance.makefile import MAKEFILE, makefile
 
     root = Path(args.root)
     path = root / C.CATALOG
     if args.write or args.archive:
-        kept = C.load(path).get("archive", []) if path.is_file() else []
-        cat = C.build(root, kept)
+        written = C.load(path) if path.is_file() else {}
+        cat = C.build(root, written.get("archive", []))
         if args.archive:
             cat = C.archive(root, cat, args.archive)
+        cat["planned"] = written.get("planned", [])
         atomic_write(path, C.dump(cat))
-        print(f"wrote {path}: {len(cat['entries'])} entries, {len(cat['archive'])} archived")
+        print(f"wrote {path}: {len(cat['entries'])} entries, {len(cat['archive'])} archived, "
+              f"{len(cat['planned'])} planned")
+    if args.write or args.archive or args.makefile:
+        if not path.is_file():
+            raise EngramEvalError(f"{path}: no catalogue (write it with engram-eval catalog "
+                                  "--write)")
+        atomic_write(root / MAKEFILE, makefile(C.load(path)))
+        print(f"wrote {root / MAKEFILE}")
         return 0
     if not path.is_file():
         raise EngramEvalError(f"{path}: no catalogue (write it with engram-eval catalog --write)")
@@ -238,6 +251,35 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return out.exit_code
 
 
+def add_publish(sub: Any) -> None:
+    r = sub.add_parser("publish", help="make planned catalogue entries at HEAD (held-out runs "
+                       "by the frozen protocol), verify them, move them into results/ and "
+                       "catalogue them")
+    r.add_argument("entries", nargs="+", metavar="ID", help="planned catalogue ids "
+                   "(results/catalog.yaml, planned:); entries sharing a command with one "
+                   "come along")
+    r.add_argument("--root", default=".", help="the checkout (default: the current folder)")
+    r.add_argument("--data", action="append", default=[], metavar="PATH",
+                   help="a data file, or a folder searched for it, found by the sha256 the "
+                   "entry records (repeatable)")
+    r.add_argument("--rerun", type=int, default=3, metavar="K",
+                   help="questions verify re-ranks per run, seed 0 (default 3)")
+    r.add_argument("--allow-changed-sources", action="store_true",
+                   help="publish although the tracked sources differ from HEAD (the result "
+                   "then re-executes from no commit: for trials, never for publication)")
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from engram_eval.provenance.publish import publish
+
+    if args.rerun < 1:
+        raise EngramEvalError("publish: --rerun must be at least 1")
+    publish(args.root, args.entries, data=args.data, rerun=args.rerun,
+            allow_changed_sources=args.allow_changed_sources)
+    return 0
+
+
 COMMANDS = {"verify": (add_verify, cmd_verify), "score": (add_score, cmd_score),
             "export": (add_export, cmd_export), "trec": (add_trec, cmd_trec),
-            "catalog": (add_catalog, cmd_catalog), "reproduce": (add_reproduce, cmd_reproduce)}
+            "catalog": (add_catalog, cmd_catalog), "reproduce": (add_reproduce, cmd_reproduce),
+            "publish": (add_publish, cmd_publish)}

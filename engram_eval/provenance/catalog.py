@@ -29,6 +29,15 @@ The ``archive`` holds entries whose files left the tree (:func:`archive`): each 
 catalogued, plus ``at``, the commit that holds the file and its companions; the check reads
 each back from git history and compares its sha256, and ``engram-eval reproduce ID`` takes the
 file from there.
+A frozen manifest's command is the validate-only freeze of the run made under it
+(:func:`freeze_commands`).
+
+The ``planned`` list holds results declared before they exist, each with the fields above
+(its ``command`` the recipe, ``inputs.entries`` the catalogue ids it reads);
+``engram-eval publish ID`` makes one at HEAD, verifies it, moves it into ``results/`` and
+catalogues it (:mod:`engram_eval.provenance.publish`); :func:`check_planned` holds them.
+``engram-eval catalog --makefile`` writes the checkout's ``Makefile``
+(:mod:`engram_eval.provenance.makefile`): Make orders the publications by their inputs.
 ``engram-eval catalog`` writes or checks ``results/catalog.yaml``; ``engram-eval reproduce ID``
 re-executes an entry (:mod:`engram_eval.runs.reproduce`).
 """
@@ -270,8 +279,81 @@ def build(root: str | Path, archive: Iterable[Mapping[str, Any]] = (),
         entries.append({"id": entry_id(rel), "path": f"results/{rel}", "sha256": sha256_file(p),
                         **body, "commit": sources_commit(rel, added),
                         "sections": sections.get(folder, [])})
+    freeze_commands(entries)
     return {"kind": KIND, "version": VERSION, "entries": entries,
             "archive": [dict(a) for a in archive]}
+
+
+def freeze_commands(entries: list[dict[str, Any]]) -> None:
+    """A frozen manifest's command, where the sidecar records none: the validate-only freeze of
+    the run made under it (that run's command, ``--output`` and ``--frozen-source`` dropped,
+    ``--validate-only --freeze-source MANIFEST`` added) and that run's data."""
+    by_path = {e["path"]: e for e in entries}
+    for e in entries:
+        manifest = by_path.get(str((e.get("inputs") or {}).get("frozen_source")))
+        cmd = e.get("command")
+        if e["type"] != "run" or manifest is None or manifest.get("command") is not None or \
+                not isinstance(cmd, list) or not all(isinstance(a, str) for a in cmd):
+            continue
+        keep: list[str] = []
+        skip = False
+        for a in cmd:
+            if skip:
+                skip = False
+            elif a in ("--output", "--frozen-source"):
+                skip = True
+            else:
+                keep.append(a)
+        manifest["command"] = [*keep, "--validate-only", "--freeze-source", manifest["path"]]
+        manifest["inputs"] = {**(manifest.get("inputs") or {}), "data": e["inputs"]["data"]}
+
+
+def commands(entry: Mapping[str, Any]) -> list[list[str]]:
+    """The entry's recipe as a list of commands (one command, or several in order)."""
+    cmd = entry.get("command")
+    if isinstance(cmd, list) and cmd and all(isinstance(c, list) for c in cmd):
+        out = [list(map(str, c)) for c in cmd]
+    elif isinstance(cmd, list) and cmd and all(isinstance(a, str) for a in cmd):
+        out = [list(cmd)]
+    else:
+        raise ConfigError(f"{entry.get('id')}: field command must be a command (a list of "
+                          "strings) or a list of commands")
+    return out
+
+
+#: Fields a planned entry must have.
+PLANNED_FIELDS = ("id", "path", "type", "role", "command")
+
+
+def check_planned(catalog: Mapping[str, Any]) -> list[str]:
+    """Problems of the catalogue's ``planned`` entries: a missing field, a path outside
+    ``results/``, an id already catalogued, an input entry that is neither catalogued nor
+    planned. Empty when they are well formed."""
+    known = {e["id"] for e in catalog.get("entries", [])}
+    planned = {p.get("id") for p in catalog.get("planned", [])}
+    problems = []
+    for i, p in enumerate(catalog.get("planned", [])):
+        where = f"planned[{i}] ({p.get('id')})"
+        missing = [f for f in PLANNED_FIELDS if not p.get(f)]
+        if missing:
+            problems.append(f"{where}: field(s) {', '.join(missing)} missing")
+            continue
+        if not str(p["path"]).startswith("results/") or ".." in Path(p["path"]).parts:
+            problems.append(f"{where}: field path must lie under results/")
+        if entry_id(str(p["path"]).removeprefix("results/")) != p["id"]:
+            problems.append(f"{where}: field id must be its path under results/ (a run's "
+                            "without .jsonl/.jsonl.gz)")
+        if p["id"] in known:
+            problems.append(f"{where}: already published (an entry of that id is catalogued)")
+        try:
+            commands(p)
+        except ConfigError as e:
+            problems.append(str(e))
+        for dep in (p.get("inputs") or {}).get("entries") or []:
+            if dep not in known and dep not in planned:
+                problems.append(f"{where}: input entry {dep!r} is neither catalogued nor "
+                                "planned")
+    return problems
 
 
 def dump(catalog: Mapping[str, Any]) -> str:
@@ -300,6 +382,11 @@ def load(path: str | Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("kind") != KIND or doc.get("version") != VERSION:
         raise ConfigError(f"{p}: not an {KIND} version {VERSION} file")
     doc.setdefault("archive", [])
+    doc.setdefault("planned", [])
+    planned = doc["planned"]
+    if not isinstance(planned, list) or not all(
+            isinstance(x, dict) and isinstance(x.get("id"), str) for x in planned):
+        raise ConfigError(f"{p}: field planned must be a list of entries, each with a string id")
     seen: set[str] = set()
     for field in ("entries", "archive"):
         items = doc.get(field)
@@ -355,6 +442,7 @@ def check(root: str | Path, catalog: Mapping[str, Any]) -> list[str]:
         if differ:
             problems.append(f"{b['path']}: the catalogue's {', '.join(differ)} differ from "
                             "what the tree records now")
+    problems += check_planned({**catalog, "entries": list(fresh.values())})
     for a in catalog.get("archive", []):
         if a["id"] in fresh:
             problems.append(f"{a['path']}: archived, and published in the tree too")
