@@ -80,6 +80,36 @@ SOURCES_AT: dict[str, str] = {
     "confidence_v6/locomo_tune_default.jsonl.gz": "f594cca",
 }
 
+_LME_LABEL = ("development split of LongMemEval_S (not held out: the data was looked at while "
+              "building the retriever)")
+_LOC_LABEL = ("LoCoMo10, all 10 conversations (not held out: the data was looked at while "
+              "building the retriever)")
+#: The command of a derived file whose sidecar records none (a script's output, sidecarred by
+#: ``engram_eval.analysis.derived_sidecars``): ``results/``-relative path -> the command the
+#: publication ran, in the checkout's root (before issue 46 a step of a publish script).
+SCRIPT_COMMANDS: dict[str, list[str]] = {
+    "longmemeval_s_dev/ABLATIONS.md": [
+        "python", "scripts/ablation_table.py", "results/longmemeval_s_dev", "--label",
+        _LME_LABEL, "--output", "results/longmemeval_s_dev/ABLATIONS.md"],
+    "locomo10/ABLATIONS.md": [
+        "python", "scripts/ablation_table.py", "results/locomo10", "--label", _LOC_LABEL,
+        "--output", "results/locomo10/ABLATIONS.md"],
+    "longmemeval_s_dev/MISSES_hybrid_default.md": [
+        "python", "scripts/misses.py", "results/longmemeval_s_dev/hybrid_default.jsonl.gz",
+        "--output", "results/longmemeval_s_dev/MISSES_hybrid_default.md"],
+    "lexical/lexical_choice.json": [
+        "python", "-m", "engram_eval.analysis.lexical_choice", "results/lexical", "plain stem",
+        "plain_none stem_none plain_prefix stem_prefix"],
+    "lexical/heldout_config.yaml": [
+        "python", "-m", "engram_eval.analysis.first_stage",
+        "results/lexical/tuned_first_stage.yaml", "results/lexical/heldout_config.yaml"],
+    "confidence_v7/gate_choice.json": [
+        "python", "scripts/choose_gate.py", "--candidate",
+        "c1=results/confidence_v7/cand_c1.report.json", "--candidate",
+        "c0.1=results/confidence_v7/cand_c0.1.report.json", "--output",
+        "results/confidence_v7/gate_choice.json"],
+}
+
 _RUN_SUFFIXES = (".jsonl.gz", ".jsonl")
 _CONTEXT_SUFFIXES = (".context.jsonl", ".context.jsonl.gz")
 #: Files under results/ that are not catalogued: companions of a catalogued file, the
@@ -280,6 +310,9 @@ def build(root: str | Path, archive: Iterable[Mapping[str, Any]] = (),
                         **body, "commit": sources_commit(rel, added),
                         "sections": sections.get(folder, [])})
     freeze_commands(entries)
+    for e in entries:
+        if e["command"] is None and e["id"] in SCRIPT_COMMANDS:
+            e["command"] = list(SCRIPT_COMMANDS[e["id"]])
     return {"kind": KIND, "version": VERSION, "entries": entries,
             "archive": [dict(a) for a in archive]}
 

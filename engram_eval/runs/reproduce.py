@@ -23,7 +23,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,9 +31,7 @@ from typing import Any
 from engram_eval.errors import ConfigError
 from engram_eval.io import atomic_write, sha256_file
 from engram_eval.provenance import catalog as C
-
-#: Data file suffixes searched under the ``data`` folders.
-DATA_SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz")
+from engram_eval.provenance.publish import find_data
 
 
 @dataclass(frozen=True)
@@ -47,26 +45,6 @@ class Outcome:
     @property
     def exit_code(self) -> int:
         return 0 if self.ok else 1
-
-
-def find_data(sha256: str, name: str, paths: Iterable[str | Path]) -> Path:
-    """The file of ``sha256`` under ``paths`` (files, or folders searched recursively; a
-    file named ``name`` is hashed first). One clear error naming the file when none matches."""
-    candidates: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_file():
-            candidates.append(p)
-        elif p.is_dir():
-            found = sorted(q for q in p.rglob("*") if q.is_file()
-                           and q.name.endswith(DATA_SUFFIXES))
-            candidates += sorted(found, key=lambda q: q.name != name)
-    for c in candidates:
-        if sha256_file(c) == sha256:
-            return c
-    raise ConfigError(f"the entry needs the data file {name!r} (sha256 {sha256[:16]}…), found "
-                      "under none of the --data paths given: pass the file or its folder (a "
-                      "split part: engram-eval split SOURCE with its split manifest's holdout "
-                      "and salt)")
 
 
 def reproduce(root: str | Path, entry_id: str, *, data: Sequence[str | Path] = (),
