@@ -182,9 +182,10 @@ def add_catalog(sub: Any) -> None:
                       "removed from the working tree once git holds them byte for byte "
                       "(commit the removal and the catalogue next)")
     mode.add_argument("--makefile", action="store_true",
-                      help="write Makefile (the checkout's root) from the catalogue: a target "
-                      "per planned entry, its inputs as prerequisites, its recipe engram-eval "
-                      "publish ID (--write and --archive rewrite it too)")
+                      help="write the Make rules of the catalogue (.publish/catalog.mk, which "
+                      "the checkout's Makefile includes and remakes when the catalogue is newer): "
+                      "a target per planned entry, its inputs as prerequisites, its recipe "
+                      "engram-eval publish ID")
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
@@ -205,10 +206,12 @@ def cmd_catalog(args: argparse.Namespace) -> int:
         atomic_write(path, C.dump(cat))
         print(f"wrote {path}: {len(cat['entries'])} entries, {len(cat['archive'])} archived, "
               f"{len(cat['planned'])} planned")
-    if args.write or args.archive or args.makefile:
+        return 0
+    if args.makefile:
         if not path.is_file():
             raise EngramEvalError(f"{path}: no catalogue (write it with engram-eval catalog "
                                   "--write)")
+        (root / MAKEFILE).parent.mkdir(exist_ok=True)
         atomic_write(root / MAKEFILE, makefile(C.load(path)))
         print(f"wrote {root / MAKEFILE}")
         return 0

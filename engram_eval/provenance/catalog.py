@@ -36,7 +36,7 @@ The ``planned`` list holds results declared before they exist, each with the fie
 (its ``command`` the recipe, ``inputs.entries`` the catalogue ids it reads);
 ``engram-eval publish ID`` makes one at HEAD, verifies it, moves it into ``results/`` and
 catalogues it (:mod:`engram_eval.provenance.publish`); :func:`check_planned` holds them.
-``engram-eval catalog --makefile`` writes the checkout's ``Makefile``
+``engram-eval catalog --makefile`` writes the Make rules the checkout's ``Makefile`` includes
 (:mod:`engram_eval.provenance.makefile`): Make orders the publications by their inputs.
 ``engram-eval catalog`` writes or checks ``results/catalog.yaml``; ``engram-eval reproduce ID``
 re-executes an entry (:mod:`engram_eval.runs.reproduce`).

@@ -6,7 +6,8 @@ fields every catalogue entry has:
 
 * ``id``, ``path`` (under ``results/``; a run's ``path`` ends ``.jsonl.gz`` or ``.jsonl``),
   ``type`` (``run`` or ``derived``), ``role`` (for a run: ``held-out measurement`` or
-  ``regression check`` put it through the frozen protocol; ``tuning``, ``run``), ``sections``;
+  ``regression check`` put it through the frozen protocol, as they do a production run or
+  measurement; ``tuning``, ``run``), ``sections``;
 * ``command``: its recipe, one command (a list of arguments) or several (a list of them), in
   order: ``engram-eval ...``, ``python FILE.py ...`` or a repository script ``PATH.py ...``.
   Paths are as they are in a checkout (``results/...``); ``{data}`` stands for the entry's
@@ -23,21 +24,23 @@ with one of them (a comparison's ``.json`` and its ``.png``), and:
    sources differ from HEAD (a published file must be re-executable from a commit);
 2. runs every command in a scratch folder beside ``results/`` (``.publish/``), where the input
    entries' files are linked at their ``results/`` paths, so the recorded commands and the
-   held-out ledger name the published paths. A held-out run goes through the frozen protocol:
-   every held-out manifest of the batch frozen first (``run ... --validate-only
-   --freeze-source results/.../NAME.frozen.json``), then each run once under its own
+   held-out ledger name the published paths. A held-out entry goes through the frozen
+   protocol: every held-out manifest of the batch frozen first (its ``engram-eval run`` or
+   ``production run|measure`` command without ``--output``, with ``--validate-only
+   --freeze-source results/.../NAME.frozen.json``), then each made once under its own
    (``--frozen-source``); the ledger (``results/heldout_ledger.json``) records the run as
    every run records it, whether or not it later verifies (the held-out part was seen);
 3. verifies every run (``verify RUN --dataset D --rerun 3 --rerun-seed 0``) and compresses
    the ones planned ``.jsonl.gz``; a derived file without a sidecar gets one
    (``engram_eval.analysis.derived_sidecars``); every file written must be planned (or be a
    planned file's sidecar, summary or frozen manifest);
-4. only then moves the files into ``results/``: each created exclusively (a hard link of the
-   scratch file, or an exclusive copy), chmod 644; a failure removes the ones already placed,
+4. only then moves the files into ``results/``: each created exclusively and whole
+   (``io.exclusive_write``), chmod 644; a failure removes the ones already placed,
    so ``results/`` holds all of the batch or none of it;
 5. rewrites the catalogue: the new files catalogued from their sidecars, the published
-   entries out of ``planned``. Commit the results, then ``engram-eval catalog --write`` (the
-   new entries' commit is the one that adds them).
+   entries out of ``planned`` (the checkout's ``Makefile`` remakes its rules from it). Commit
+   the results, then ``engram-eval catalog --write`` (the new entries' commit is the one that
+   adds them).
 
 Any failure before step 4 leaves ``results/`` as it was (but for the ledger's record of a
 held-out run that started); the scratch folder is removed.
@@ -57,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError, ProvenanceError
-from engram_eval.io import atomic_write, sha256_file
+from engram_eval.io import atomic_write, exclusive_write, sha256_file
 from engram_eval.provenance import catalog as C
 
 #: Data file suffixes searched under the ``data`` folders.
@@ -66,7 +69,7 @@ DATA_SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz")
 FROZEN_ROLES = ("held-out measurement", "regression check")
 #: Questions ``verify --rerun`` re-ranks per published run (seed 0).
 VERIFY_RERUN = 3
-#: The scratch folder's parent, beside ``results/`` (same file system: the files are linked).
+#: The scratch folder's parent, beside ``results/`` (ignored by git).
 SCRATCH = ".publish"
 
 
@@ -122,8 +125,18 @@ def batch(catalog: Mapping[str, Any], ids: Sequence[str]) -> list[dict[str, Any]
 
 
 def frozen_path(entry: Mapping[str, Any]) -> str:
-    """The frozen manifest a held-out run is published with: its path, ``.frozen.json``."""
-    return f"results/{entry['id']}.frozen.json"
+    """The frozen manifest a held-out entry is published with: its path, its suffix
+    (``.jsonl.gz``, ``.jsonl``, ``.json``) replaced by ``.frozen.json``."""
+    path = str(entry["path"])
+    for suffix in (".jsonl.gz", ".jsonl", ".json"):
+        if path.endswith(suffix):
+            return path[: -len(suffix)] + ".frozen.json"
+    return path + ".frozen.json"
+
+
+def frozen(entry: Mapping[str, Any]) -> bool:
+    """Whether the entry is published by the frozen protocol (its planned role)."""
+    return entry.get("role") in FROZEN_ROLES
 
 
 def outputs(entry: Mapping[str, Any]) -> list[str]:
@@ -131,11 +144,10 @@ def outputs(entry: Mapping[str, Any]) -> list[str]:
     (and a run's uncompressed form's), a held-out run's frozen manifest."""
     path = str(entry["path"])
     out = [path, *C.companions(path)]
-    if entry["type"] == "run":
-        if path.endswith(".gz"):
-            out += [path[:-3], *C.companions(path[:-3])]
-        if entry.get("role") in FROZEN_ROLES:
-            out.append(frozen_path(entry))
+    if entry["type"] == "run" and path.endswith(".gz"):
+        out += [path[:-3], *C.companions(path[:-3])]
+    if frozen(entry):
+        out.append(frozen_path(entry))
     return out
 
 
@@ -157,8 +169,13 @@ def _launcher(argv: Sequence[str], root: Path) -> list[str]:
                       f"checkout; not {head!r}")
 
 
-def _is_run_command(argv: Sequence[str]) -> bool:
-    return Path(argv[0]).name == "engram-eval" and len(argv) > 1 and argv[1] == "run"
+def _freezable(argv: Sequence[str]) -> bool:
+    """A command that takes ``--validate-only --freeze-source`` and ``--frozen-source``:
+    ``engram-eval run``, ``engram-eval production run|measure``."""
+    if Path(argv[0]).name != "engram-eval" or len(argv) < 2:
+        return False
+    return argv[1] == "run" or (argv[1] == "production" and len(argv) > 2
+                                and argv[2] in ("run", "measure"))
 
 
 def _freeze_args(argv: Sequence[str], frozen: str) -> list[str]:
@@ -287,18 +304,28 @@ def _make(root: Path, scratch: Path, entries: Sequence[Mapping[str, Any]],
         if key not in seen:
             seen.add(key)
             steps += [(e, resolved(e, argv)) for argv in C.commands(e)]
-    frozen = {e["id"] for e in entries if e["type"] == "run" and e.get("role") in FROZEN_ROLES}
-    if frozen:
+    held = {e["id"] for e in entries if frozen(e)}
+    if held:
         echo("== every held-out manifest frozen before any held-out run")
+        for e in entries:
+            if e["id"] in held and not any(_freezable(argv) for argv in C.commands(e)):
+                raise ConfigError(f"{e['id']}: planned as a {e['role']}, but no command of its "
+                                  "recipe takes a frozen manifest (engram-eval run, production "
+                                  "run or measure)")
     for e, argv in steps:
-        if e["id"] in frozen and _is_run_command(argv):
+        if e["id"] in held and _freezable(argv):
             _exec(_freeze_args(argv, frozen_path(e)), root, scratch, env, echo,
                   f"{e['id']}: freeze")
     for e, argv in steps:
-        if e["id"] in frozen and _is_run_command(argv):
+        if e["id"] in held and _freezable(argv):
             argv = [*argv, "--frozen-source", frozen_path(e)]
         _exec(argv, root, scratch, env, echo, f"{e['id']}: make")
     for e in entries:
+        if e["type"] == "run" and e["id"] not in datafile:
+            d = (e.get("inputs") or {}).get("data") or {}
+            if d.get("sha256"):
+                datafile[e["id"]] = find_data(str(d["sha256"]), str(d.get("name")),
+                                              data).resolve()
         _finish(root, scratch, e, env, rerun, echo, datafile.get(e["id"]))
     made = sorted(p.relative_to(scratch).as_posix() for p in scratch.rglob("*")
                   if p.is_file() and not p.is_symlink())
@@ -321,8 +348,8 @@ def _finish(root: Path, scratch: Path, e: Mapping[str, Any], env: Mapping[str, s
     if e["type"] == "run":
         plain = path.removesuffix(".gz")
         if datafile is None:
-            raise ConfigError(f"{e['id']}: a run names its data (inputs.data and {{data}} in "
-                              "its command): verify re-ranks it")
+            raise ConfigError(f"{e['id']}: a run names its data (inputs.data, by sha256): "
+                              "verify re-ranks it")
         if (scratch / plain).is_file():
             _exec(["engram-eval", "verify", plain, "--dataset", str(datafile), "--rerun",
                    str(rerun), "--rerun-seed", "0"], root, scratch, env, echo,
@@ -347,20 +374,14 @@ def _place(root: Path, scratch: Path, made: Sequence[str]) -> list[str]:
         for rel in made:
             dst = root / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(scratch / rel, dst)
-            except FileExistsError:
-                raise
-            except OSError:  # no hard links here: an exclusive copy
-                with open(scratch / rel, "rb") as src, open(dst, "xb") as out:
-                    shutil.copyfileobj(src, out)
+            exclusive_write(dst, (scratch / rel).read_bytes())  # complete, or not at all
             placed.append(dst)
             dst.chmod(0o644)
     except BaseException as e:
         for p in placed:
             p.unlink(missing_ok=True)
         if isinstance(e, FileExistsError):
-            raise ConfigError(f"refusing to publish: {e.filename} appeared meanwhile; nothing "
+            raise ConfigError(f"refusing to publish: {e} (it appeared meanwhile); nothing "
                               "was published") from None
         raise
     return [p.relative_to(root).as_posix() for p in placed]

@@ -197,11 +197,12 @@ OUTPUT_FLAGS = ("--output", "--plot", "-o")
 
 def engram_args(command: Sequence[str] | None) -> list[str] | None:
     """The arguments after ``engram-eval`` of a recorded command (``engram-eval ...``,
-    ``.venv/bin/engram-eval ...``, ``python -m engram_eval.cli.main ...``), else None."""
+    ``.venv/bin/engram-eval ...``, ``python -m engram_eval.cli.main ...``, the module's path as
+    ``python -m`` records it: ``/checkout/engram_eval/cli/main.py ...``), else None."""
     if not command or not all(isinstance(a, str) for a in command):
         return None
     cmd = list(command)
-    if Path(cmd[0]).name == "engram-eval":
+    if Path(cmd[0]).name == "engram-eval" or cmd[0].endswith("engram_eval/cli/main.py"):
         return cmd[1:]
     for i, a in enumerate(cmd[:-1]):
         if a == "-m" and cmd[i + 1] in ("engram_eval", "engram_eval.cli.main", "engram_eval.cli"):

@@ -168,6 +168,24 @@ def test_a_held_out_part_goes_through_the_freeze(tmp_path: Path) -> None:
     assert "--output" not in manifest["command"]
 
 
+def test_a_production_measurement_is_frozen_the_same_way() -> None:
+    """The freeze of a held-out production measurement: its command without --output, with
+    --validate-only --freeze-source NAME.frozen.json (beside NAME.json)."""
+    from engram_eval.provenance.publish import _freezable, _freeze_args, frozen_path, outputs
+
+    argv = ["engram-eval", "production", "measure", "p.json", "--source-root", ".",
+            "--output", "results/c/heldout.json", "--dataset-label", "P"]
+    entry = {"id": "c/heldout.json", "path": "results/c/heldout.json", "type": "derived",
+             "role": "held-out measurement", "command": argv}
+    assert _freezable(argv) and not _freezable(["engram-eval", "compare", "a", "b"])
+    assert frozen_path(entry) == "results/c/heldout.frozen.json"
+    assert "results/c/heldout.frozen.json" in outputs(entry)
+    assert _freeze_args(argv, frozen_path(entry)) == [
+        "engram-eval", "production", "measure", "p.json", "--source-root", ".",
+        "--dataset-label", "P", "--validate-only", "--freeze-source",
+        "results/c/heldout.frozen.json"]
+
+
 def test_planned_entries_are_checked() -> None:
     cat = {"entries": [{"id": "a/x"}], "planned": [
         {"id": "a/x", "path": "results/a/x.jsonl.gz", "type": "run", "role": "run",
@@ -183,41 +201,61 @@ def test_planned_entries_are_checked() -> None:
 
 
 def test_the_makefile_orders_the_publications_by_their_inputs(tmp_path: Path) -> None:
-    """Planned entries are targets with their inputs as order-only prerequisites and
-    `engram-eval publish ID` as recipe (a comparison's two files one grouped target); Make
-    (a dry run) publishes the runs before the comparison; a published file is not made again."""
+    """The checkout's Makefile over the rules written from the catalogue: planned entries are
+    targets with their inputs as order-only prerequisites and `engram-eval publish ID` as
+    recipe (a comparison's two files one grouped target); Make publishes the runs before the
+    comparison, then has nothing left to do; the rules are remade from the newer catalogue."""
     if shutil.which("make") is None:
         pytest.skip("GNU make not available")
-    repo = _checkout(tmp_path, [_run("a", TINY), _run("b", TINY), *_compare("a", "b")])
+    import sys
+
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(TINY, data / TINY.name)
+    repo = _checkout(tmp_path, [*_compare("a", "b"), _run("a", TINY), _run("b", TINY)])
+    shutil.copy(ROOT / "Makefile", repo / "Makefile")
     assert cli.main(["catalog", "--makefile", "--root", str(repo)]) == 0
     text = (repo / MAKEFILE).read_text()
     assert text == makefile(C.load(repo / C.CATALOG))
     assert ("results/demo/cmp.json results/demo/cmp.png &: | results/demo/a.jsonl.gz "
             "results/demo/b.jsonl.gz\n\t$(PUBLISH) demo/cmp.json demo/cmp.png") in text
-    dry = subprocess.run(["make", "-n", "results/demo/cmp.png", "DATA=d"], cwd=repo,
-                         capture_output=True, text=True, check=True).stdout.splitlines()
-    assert [" ".join(x.split(" publish ")[1].split()) for x in dry] == ["--data d demo/a", "--data d demo/b",
-                                                     "--data d demo/cmp.json demo/cmp.png"]
-    (repo / "results" / "demo").mkdir()
-    for name in ("a.jsonl.gz", "b.jsonl.gz"):  # as if published: nothing to do for them
-        (repo / "results" / "demo" / name).write_text("x")
-    dry = subprocess.run(["make", "-n", "planned"], cwd=repo, capture_output=True, text=True,
-                         check=True).stdout.splitlines()
-    assert [" ".join(x.split(" publish ")[1].split()) for x in dry] == ["demo/cmp.json demo/cmp.png"]
+
+    def make(*args: str) -> list[str]:
+        done = subprocess.run(["make", *args, f"DATA={data}",
+                               f"ENGRAM_EVAL={Path(sys.executable).parent / 'engram-eval'}"],
+                              cwd=repo, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return [" ".join(x.split(" publish ")[1].split()[2:]) for x in done.stdout.splitlines()
+                if " publish " in x and "engram-eval" in x.split(" publish ")[0]]
+
+    assert make("-n", "results/demo/cmp.png") == ["demo/a", "demo/b",
+                                                  "demo/cmp.json demo/cmp.png"]
+    assert make("planned") == ["demo/a", "demo/b", "demo/cmp.json demo/cmp.png"]
+    cat = C.load(repo / C.CATALOG)
+    assert cat["planned"] == [] and len(cat["entries"]) == 4
+    assert make("-n", "planned") == []  # nothing left to make
+    assert (repo / MAKEFILE).read_text() == makefile(cat)  # remade from the newer catalogue
+    assert "demo/cmp.json &:" not in makefile(cat)
+    assert make("-n", "results/demo/cmp.json") == []  # a published file: made once, kept
 
 
-def test_the_repository_makefile_is_the_catalogues() -> None:
-    """The checked-in Makefile is the one the catalogue writes (engram-eval catalog --write or
-    --makefile rewrites it)."""
+def test_the_repository_makefile_includes_the_catalogues_rules() -> None:
+    """The checkout's Makefile includes the rules written from the catalogue and remakes them
+    when the catalogue is newer; those rules show what each published file was made from (a
+    published comparison's runs are its prerequisites) and make none of them again."""
+    text = (ROOT / "Makefile").read_text()
+    assert f"\n{MAKEFILE}: results/catalog.yaml\n\t$(ENGRAM_EVAL) catalog --makefile\n" in text
+    assert f"\ninclude {MAKEFILE}\n" in text
+    assert text.index("planned:") < text.index(f"{MAKEFILE}:")  # the default goal
     cat = C.load(ROOT / C.CATALOG)
-    assert (ROOT / MAKEFILE).read_text() == makefile(cat)
+    rules = makefile(cat)
     published = {e["path"] for e in cat["entries"]}
-    text = (ROOT / MAKEFILE).read_text()
-    # a published comparison's runs are its prerequisites
-    cmp_line = next(x for x in text.splitlines()
+    cmp_line = next(x for x in rules.splitlines()
                     if x.startswith("results/dense_encoder/compare_conv_v1_vs_bm25_only.json:"))
     deps = cmp_line.split("|", 1)[1].split()
     assert deps and set(deps) <= published
+    listed = rules.split("PUBLISHED =", 1)[1].split("$(PUBLISHED):")[0]
+    assert set(listed.replace("\\", " ").split()) == published
 
 
 def test_held_out_runs_on_one_part_are_frozen_together() -> None:

@@ -34,6 +34,7 @@ def test_the_recorded_command_is_read_back() -> None:
     assert engram_args(["engram-eval", "compare", "a", "b"]) == ["compare", "a", "b"]
     assert engram_args([".venv/bin/engram-eval", "run", "d"]) == ["run", "d"]
     assert engram_args(["python", "-m", "engram_eval.cli.main", "plot", "x"]) == ["plot", "x"]
+    assert engram_args(["/wt/engram_eval/cli/main.py", "compare", "a"]) == ["compare", "a"]
     assert engram_args(["bash", "scripts/publish.sh"]) is None
     assert engram_args(None) is None
 
