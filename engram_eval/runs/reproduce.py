@@ -6,7 +6,8 @@ published file (:mod:`engram_eval.provenance.catalog`).
   ``--questions K`` asks for a seeded sample): the rankings exactly, the scores within
   verify's tolerance, the summary recomputed from the rows, the recorded sources against the
   commit the catalogue names.
-* A **derived** file made by an ``engram-eval`` command is made again with its recorded
+* A **derived** file made by an ``engram-eval`` command or a Python script of the checkout
+  (``python scripts/x.py``, ``python -m engram_eval...``) is made again with its recorded
   command, its outputs written to a scratch folder, and its sha256 compared with the published
   one's.
 
@@ -101,12 +102,13 @@ def _in_checkout(root: Path, commit: str | None, here: bool,
                            capture_output=True, check=False)
 
 
-def _cli(tree: Path, args: Sequence[str], cwd: Path | None = None
+def _cli(tree: Path, args: Sequence[str], cwd: Path | None = None, *, python: bool = False
          ) -> subprocess.CompletedProcess[str]:
-    """``engram-eval ARGS`` with the code of the checkout at ``tree``, this interpreter, in
-    ``cwd`` (default: ``tree``)."""
+    """``engram-eval ARGS`` (with ``python``: ``python ARGS``, a script or ``-m MODULE``) with
+    the code of the checkout at ``tree``, this interpreter, in ``cwd`` (default: ``tree``)."""
     env = {**os.environ, "PYTHONPATH": str(tree) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "engram_eval.cli.main", *args],
+    head = [sys.executable] if python else [sys.executable, "-m", "engram_eval.cli.main"]
+    return subprocess.run([*head, *args],
                           cwd=cwd or tree, env=env, capture_output=True, text=True, check=False)
 
 
@@ -210,13 +212,42 @@ def engram_args(command: Sequence[str] | None) -> list[str] | None:
     return None
 
 
+#: The folders of a checkout a recorded script path is read from (a path recorded in another
+#: checkout, ``/elsewhere/engram_eval/analysis/x.py``, is that file of this one).
+SCRIPT_FOLDERS = ("engram_eval", "benchmarks", "scripts")
+
+
+def python_args(command: Sequence[str] | None) -> list[str] | None:
+    """The arguments after the interpreter of a recorded Python command (``python FILE.py
+    ...``, ``python -m MODULE ...``, ``FILE.py ...``), a script of another checkout named by its
+    path in this repository; else None."""
+    if not command or not all(isinstance(a, str) for a in command):
+        return None
+    cmd = list(command)
+    if Path(cmd[0]).name.startswith("python"):
+        cmd = cmd[1:]
+    if len(cmd) > 1 and cmd[0] == "-m":
+        return cmd
+    if not cmd or not cmd[0].endswith(".py"):
+        return None
+    parts = Path(cmd[0]).parts
+    for i, part in enumerate(parts):
+        if part in SCRIPT_FOLDERS:
+            return [Path(*parts[i:]).as_posix(), *cmd[1:]]
+    return None
+
+
 def _derived(root: Path, entry: Mapping[str, Any], data: Sequence[str | Path], here: bool,
              echo: Callable[[str], None]) -> Outcome:
     args = engram_args(entry.get("command"))
+    python = args is None
     if args is None:
-        raise ConfigError(f"{entry['id']}: its recorded command is not an engram-eval "
-                          f"invocation ({entry.get('command')!r}); re-run it as PROVENANCE.md "
-                          f"section(s) {', '.join(entry.get('sections') or []) or '?'} say")
+        args = python_args(entry.get("command"))
+    if args is None:
+        raise ConfigError(f"{entry['id']}: its recorded command is neither an engram-eval nor a "
+                          f"Python invocation ({entry.get('command')!r}); re-run it as "
+                          f"PROVENANCE.md section(s) "
+                          f"{', '.join(entry.get('sections') or []) or '?'} say")
     target = Path(entry["path"])
 
     def action(tree: Path) -> Outcome:
@@ -243,7 +274,7 @@ def _derived(root: Path, entry: Mapping[str, Any], data: Sequence[str | Path], h
             if tree == root and entry.get("at"):  # --here, archived: its inputs from history
                 cwd = out / "stage"
                 _stage_inputs(root, entry, cwd)
-            done = _cli(tree, new_args, cwd)
+            done = _cli(tree, new_args, cwd, python=python)
             if done.returncode != 0 or not made.is_file():
                 tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
                 return Outcome(False, (f"the command failed (exit {done.returncode}):",
