@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_eval.errors import ConfigError, ProvenanceError
-from engram_eval.io import atomic_write, exclusive_write, sha256_file
+from engram_eval.io import atomic_write, exclusive_write, file_lock, sha256_file
 from engram_eval.provenance import catalog as C
 
 #: Data file suffixes searched under the ``data`` folders.
@@ -264,7 +264,7 @@ def publish(root: str | Path, ids: Sequence[str], *, data: Sequence[str | Path] 
         shutil.rmtree(scratch, ignore_errors=True)
     for f in placed:
         echo(f"published {f}")
-    _record(root, cat, batch_ids)
+    _record(root, batch_ids)
     echo(f"catalogued {len(batch_ids)} entr{'y' if len(batch_ids) == 1 else 'ies'} in "
          f"{C.CATALOG}: commit results/, then engram-eval catalog --write (their commit)")
     return Published(tuple(e["id"] for e in entries), tuple(placed))
@@ -387,9 +387,13 @@ def _place(root: Path, scratch: Path, made: Sequence[str]) -> list[str]:
     return [p.relative_to(root).as_posix() for p in placed]
 
 
-def _record(root: Path, cat: Mapping[str, Any], done: set[str]) -> None:
-    """Step 5: the catalogue rebuilt from the tree, the published entries out of planned."""
-    planned = [p for p in cat.get("planned", []) if p.get("id") not in done]
-    fresh = C.build(root, cat.get("archive", []))
-    fresh["planned"] = planned
-    atomic_write(root / C.CATALOG, C.dump(fresh))
+def _record(root: Path, done: set[str]) -> None:
+    """Step 5: the catalogue rebuilt from the tree, the published entries out of planned (read
+    and written under the catalogue's lock: publications running at once each keep the
+    other's)."""
+    path = root / C.CATALOG
+    with file_lock(path):
+        cat = C.load(path)
+        fresh = C.build(root, cat.get("archive", []))
+        fresh["planned"] = [p for p in cat.get("planned", []) if p.get("id") not in done]
+        atomic_write(path, C.dump(fresh))
