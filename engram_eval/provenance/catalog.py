@@ -80,6 +80,8 @@ SOURCES_AT: dict[str, str] = {
     "confidence_v6/locomo_tune_default.jsonl.gz": "f594cca",
 }
 
+#: The real data beside a checkout (README: ``../shared/data``).
+_DATA = "../shared/data"
 _LME_LABEL = ("development split of LongMemEval_S (not held out: the data was looked at while "
               "building the retriever)")
 _LOC_LABEL = ("LoCoMo10, all 10 conversations (not held out: the data was looked at while "
@@ -103,6 +105,19 @@ SCRIPT_COMMANDS: dict[str, list[str]] = {
     "lexical/heldout_config.yaml": [
         "python", "-m", "engram_eval.analysis.first_stage",
         "results/lexical/tuned_first_stage.yaml", "results/lexical/heldout_config.yaml"],
+    "longmemeval_s_dev/dense_pieces.json": [
+        "python", "benchmarks/longmemeval/dense_pieces.py",
+        f"{_DATA}/longmemeval/longmemeval_s_cleaned.dev.json.gz", "--output",
+        "results/longmemeval_s_dev/dense_pieces.json"],
+    **{f"production/abstention_{name}.{ext}": [
+        "python", "benchmarks/production_retrieval/abstention_sweep.py", "--settings",
+        "engram_eval/production/data/settings_v1.json", f"{_DATA}/{data}", "--dataset-label",
+        label, "--output", f"results/production/abstention_{name}.json"]
+       for name, data, label in (
+           ("longmemeval_s_dev", "longmemeval/longmemeval_s_cleaned.dev.json.gz",
+            "LongMemEval S cleaned, development split"),
+           ("locomo10", "locomo/locomo10.json", "LoCoMo10"))
+       for ext in ("json", "png")},
     "confidence_v7/gate_choice.json": [
         "python", "scripts/choose_gate.py", "--candidate",
         "c1=results/confidence_v7/cand_c1.report.json", "--candidate",

@@ -266,3 +266,23 @@ def test_held_out_runs_on_one_part_are_frozen_together() -> None:
     text = makefile({"entries": [], "planned": [a, b]})
     assert ("results/demo/h1.jsonl.gz results/demo/h2.jsonl.gz results/demo/h1.frozen.json "
             "results/demo/h2.frozen.json &:\n\t$(PUBLISH) demo/h1 demo/h2") in text
+
+
+def test_script_made_files_have_their_commands_in_the_catalogue() -> None:
+    """A derived file a script made (its sidecar names no command) is catalogued with the
+    command that made it: each names a script or module of this checkout and writes the file
+    (or, a module writing into its folder, names the folder)."""
+    from engram_eval.runs.reproduce import python_args
+
+    entries = {e["id"]: e for e in C.load(ROOT / C.CATALOG)["entries"]}
+    for rid, command in C.SCRIPT_COMMANDS.items():
+        if rid not in entries:  # archived since: its command is kept with it
+            continue
+        assert entries[rid]["command"] == command, rid
+        args = python_args(command)
+        assert args is not None, rid
+        target = (ROOT / args[0]) if args[0] != "-m" else \
+            ROOT / (args[1].replace(".", "/") + ".py")
+        assert target.is_file(), (rid, target)
+        folder = f"results/{rid.split('/')[0]}/"
+        assert any(a.startswith(folder) or a == folder.rstrip("/") for a in command), rid
