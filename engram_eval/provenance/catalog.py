@@ -375,8 +375,8 @@ PLANNED_FIELDS = ("id", "path", "type", "role", "command")
 
 def check_planned(catalog: Mapping[str, Any]) -> list[str]:
     """Problems of the catalogue's ``planned`` entries: a missing field, a path outside
-    ``results/``, an id already catalogued, an input entry that is neither catalogued nor
-    planned. Empty when they are well formed."""
+    ``results/``, an id already catalogued or planned twice, an input entry that is neither
+    catalogued nor planned. Empty when they are well formed."""
     known = {e["id"] for e in catalog.get("entries", [])}
     planned = {p.get("id") for p in catalog.get("planned", [])}
     problems = []
@@ -393,6 +393,8 @@ def check_planned(catalog: Mapping[str, Any]) -> list[str]:
                             "without .jsonl/.jsonl.gz)")
         if p["id"] in known:
             problems.append(f"{where}: already published (an entry of that id is catalogued)")
+        if [q.get("id") for q in catalog.get("planned", [])].count(p["id"]) > 1:
+            problems.append(f"{where}: planned twice")
         try:
             commands(p)
         except ConfigError as e:

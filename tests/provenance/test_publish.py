@@ -192,12 +192,17 @@ def test_planned_entries_are_checked() -> None:
          "command": ["engram-eval", "run"]},
         {"id": "a/y", "path": "results/a/z.json", "type": "derived", "role": "derived",
          "command": ["engram-eval", "compare"], "inputs": {"entries": ["a/none"]}},
-        {"id": "a/w", "path": "results/a/w.json", "type": "derived"}]}
+        {"id": "a/w", "path": "results/a/w.json", "type": "derived"},
+        {"id": "a/v.json", "path": "results/a/v.json", "type": "derived", "role": "derived",
+         "command": ["engram-eval", "plot"]},
+        {"id": "a/v.json", "path": "results/a/v.json", "type": "derived", "role": "derived",
+         "command": ["engram-eval", "plot"]}]}
     problems = C.check_planned(cat)
     assert any("planned[0] (a/x): already published" in p for p in problems)
     assert any("planned[1] (a/y): field id must be its path" in p for p in problems)
     assert any("input entry 'a/none' is neither catalogued nor planned" in p for p in problems)
     assert any("planned[2] (a/w): field(s) role, command missing" in p for p in problems)
+    assert any("planned[4] (a/v.json): planned twice" in p for p in problems)
 
 
 def test_the_makefile_orders_the_publications_by_their_inputs(tmp_path: Path) -> None:
