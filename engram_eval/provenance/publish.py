@@ -151,6 +151,19 @@ def outputs(entry: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _script(arg: str, root: Path) -> str | None:
+    """The ``.py`` file ``arg`` names: in the checkout, else in the package's own checkout
+    (the code that runs); None when ``arg`` names none."""
+    from engram_eval.io import package_root
+
+    if not arg.endswith(".py"):
+        return None
+    for base in (root, package_root()):
+        if (base / arg).is_file():
+            return str(base / arg)
+    return None
+
+
 def _launcher(argv: Sequence[str], root: Path) -> list[str]:
     """A recipe command as it is executed: ``engram-eval`` is this environment's console
     script (or ``python -m engram_eval.cli.main``), ``python`` this interpreter, a ``.py`` file
@@ -161,10 +174,10 @@ def _launcher(argv: Sequence[str], root: Path) -> list[str]:
         return [str(script), *rest] if script.is_file() else \
             [sys.executable, "-m", "engram_eval.cli.main", *rest]
     if Path(head).name.startswith("python"):
-        return [sys.executable, *[str(root / a) if a.endswith(".py") and (root / a).is_file()
-                                  else a for a in rest]]
-    if head.endswith(".py") and (root / head).is_file():
-        return [sys.executable, str(root / head), *rest]
+        return [sys.executable, *[_script(a, root) or a for a in rest]]
+    found = _script(head, root)
+    if found:
+        return [sys.executable, found, *rest]
     raise ConfigError(f"a recipe command runs engram-eval, python or a .py file of the "
                       f"checkout; not {head!r}")
 

@@ -65,8 +65,12 @@ def test_new_entries_are_published_end_to_end(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
     shutil.copy(TINY, data / TINY.name)
+    table = {"id": "demo/ABLATIONS.md", "path": "results/demo/ABLATIONS.md", "type": "derived",
+             "role": "derived", "inputs": {"entries": ["demo/bm25", "demo/flat"]},
+             "command": ["python", "scripts/ablation_table.py", "results/demo", "--label", "tiny",
+                         "--output", "results/demo/ABLATIONS.md"]}
     repo = _checkout(tmp_path, [_run("bm25", TINY), _run("flat", TINY, "--no-use-bm25-turn"),
-                                *_compare("bm25", "flat")])
+                                *_compare("bm25", "flat"), table])
     with pytest.raises(ConfigError, match="input entry 'demo/bm25' is not published yet"):
         publish(repo, ["demo/cmp.json"], data=[data])
     assert _tree(repo) == {"results/catalog.yaml": sha256_file(repo / C.CATALOG)}
@@ -76,17 +80,25 @@ def test_new_entries_are_published_end_to_end(tmp_path: Path) -> None:
     assert any("demo/bm25: verify" in x for x in lines)
     # the comparison with its figure: one command, both planned entries
     assert cli.main(["publish", "demo/cmp.png", "--root", str(repo), "--data", str(data)]) == 0
+    # a script's table, which writes no sidecar: the derived sidecar is written for it
+    publish(repo, ["demo/ABLATIONS.md"], echo=lines.append)
+    assert any("demo/ABLATIONS.md: sidecars" in x for x in lines)
     demo = repo / "results" / "demo"
     assert sorted(p.name for p in demo.iterdir()) == sorted(
         [f"{n}.jsonl.gz{s}" for n in ("bm25", "flat") for s in ("", ".metadata.json",
                                                                 ".summary.json")]
-        + [f"cmp.{s}{m}" for s in ("json", "png") for m in ("", ".metadata.json")])
+        + [f"cmp.{s}{m}" for s in ("json", "png") for m in ("", ".metadata.json")]
+        + ["ABLATIONS.md", "ABLATIONS.md.metadata.json"])
+    side = json.loads((demo / "ABLATIONS.md.metadata.json").read_text())
+    assert sorted(i["file"] for i in side["inputs"]) == [
+        "bm25.jsonl.gz.summary.json", "flat.jsonl.gz.summary.json"]
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o644 for p in demo.iterdir())
     assert not list((repo / ".publish").iterdir())  # the scratch folder is gone
     cat = C.load(repo / C.CATALOG)
     assert cat["planned"] == []
     entries = {e["id"]: e for e in cat["entries"]}
-    assert set(entries) == {"demo/bm25", "demo/flat", "demo/cmp.json", "demo/cmp.png"}
+    assert set(entries) == {"demo/bm25", "demo/flat", "demo/cmp.json", "demo/cmp.png",
+                            "demo/ABLATIONS.md"}
     run = entries["demo/bm25"]
     assert run["type"] == "run" and run["inputs"]["data"]["sha256"] == sha256_file(TINY)
     assert run["command"][1:3] == ["run", str((data / TINY.name).resolve())]
