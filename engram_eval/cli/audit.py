@@ -175,7 +175,7 @@ def add_catalog(sub: Any) -> None:
     mode.add_argument("--write", action="store_true",
                       help="(re)write the catalogue from the tree: the sidecars, git history "
                       "(the commit that added each file) and PROVENANCE.md's contents table; "
-                      "the written catalogue's archive is kept")
+                      "the written catalogue's archive and planned entries are kept")
     mode.add_argument("--archive", nargs="+", metavar="ID",
                       help="move these entries to the catalogue's archive: each names the "
                       "commit (HEAD) that holds its file, and the file and its companions are "
