@@ -324,12 +324,19 @@ def build(root: str | Path, archive: Iterable[Mapping[str, Any]] = (),
         entries.append({"id": entry_id(rel), "path": f"results/{rel}", "sha256": sha256_file(p),
                         **body, "commit": sources_commit(rel, added),
                         "sections": sections.get(folder, [])})
+    archived = [dict(a) for a in archive]
+    fill_commands([*entries, *archived])
+    return {"kind": KIND, "version": VERSION, "entries": entries, "archive": archived}
+
+
+def fill_commands(entries: list[dict[str, Any]]) -> None:
+    """The commands sidecars do not record, in place, for published and archived entries
+    alike: a frozen manifest's (:func:`freeze_commands`), a script-made file's
+    (:data:`SCRIPT_COMMANDS`)."""
     freeze_commands(entries)
     for e in entries:
-        if e["command"] is None and e["id"] in SCRIPT_COMMANDS:
+        if e.get("command") is None and e["id"] in SCRIPT_COMMANDS:
             e["command"] = list(SCRIPT_COMMANDS[e["id"]])
-    return {"kind": KIND, "version": VERSION, "entries": entries,
-            "archive": [dict(a) for a in archive]}
 
 
 def freeze_commands(entries: list[dict[str, Any]]) -> None:
@@ -340,7 +347,7 @@ def freeze_commands(entries: list[dict[str, Any]]) -> None:
     for e in entries:
         manifest = by_path.get(str((e.get("inputs") or {}).get("frozen_source")))
         cmd = e.get("command")
-        if e["type"] != "run" or manifest is None or manifest.get("command") is not None or \
+        if e.get("type") != "run" or manifest is None or manifest.get("command") is not None or \
                 not isinstance(cmd, list) or not all(isinstance(a, str) for a in cmd):
             continue
         keep: list[str] = []

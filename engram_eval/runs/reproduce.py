@@ -274,6 +274,8 @@ def _derived(root: Path, entry: Mapping[str, Any], data: Sequence[str | Path], h
             if tree == root and entry.get("at"):  # --here, archived: its inputs from history
                 cwd = out / "stage"
                 _stage_inputs(root, entry, cwd)
+            if python and new_args[0] != "-m":  # the script of ``tree``, wherever it runs
+                new_args[0] = str(tree / new_args[0])
             done = _cli(tree, new_args, cwd, python=python)
             if done.returncode != 0 or not made.is_file():
                 tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
