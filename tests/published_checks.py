@@ -1,6 +1,5 @@
-"""Checks of a published results directory, shared by tests/repository/test_published_results.py (over
-the repository's results/) and tests/repository/test_publish_lib.py (over a publication made from the
-tiny fixtures by the publish scripts).
+"""Checks of a published results directory (tests/repository/test_published_results.py, over
+the repository's results/).
 
 A published run is any ``*.jsonl`` / ``*.jsonl.gz`` under the directory (discovered, never
 listed by hand); every other file is a derived file that carries a ``<file>.metadata.json``

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Choose the rerank blend out of fold.
 
-The command the rerank publish scripts and PROVENANCE.md record, kept as a thin wrapper: it
+The command the catalogue and PROVENANCE.md record, kept as a thin wrapper: it
 runs ``python -m engram_eval.analysis.choose_rerank`` with the same arguments (see that
 module).
 """

@@ -3,7 +3,7 @@
     python -m engram_eval.analysis.ablation_table results/longmemeval_s_dev \\
         --label "development split of LongMemEval_S" [--output results/.../ABLATIONS.md]
 
-(``scripts/ablation_table.py``, the command the publish scripts record and the tables name,
+(``scripts/ablation_table.py``, the command the catalogue records and the tables name,
 runs this module with the same arguments.)
 
 Every number is read from the runs' summaries (``X.jsonl.gz.summary.json`` or

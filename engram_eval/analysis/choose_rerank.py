@@ -8,7 +8,7 @@ time, and pick the candidate with the best stated objective.
         --objective recall_any@1,recall_all@5,ndcg_any@5 --protocol answerable \\
         --output rerank_choice.json
 
-(``benchmarks/longmemeval/choose_rerank.py``, the command the publish scripts and
+(``benchmarks/longmemeval/choose_rerank.py``, the command the catalogue and
 PROVENANCE.md record, runs this module with the same arguments.)
 
 Each candidate is the same settings run once per fold (``run --shard I/K``); a reranked fold

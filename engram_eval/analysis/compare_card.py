@@ -2,10 +2,10 @@
 
     python -m engram_eval.analysis.compare_card PUBLISHED.card.json RETRAINED.card.json
 
-(``scripts/compare_card.py``, the command the rerank publish scripts record, runs this module
+(``scripts/compare_card.py``, the command the rerank publications recorded, runs this module
 with the same arguments.)
 
-Used by the rerank publish scripts, which retrain a model (its weights are never committed)
+Used by the rerank publications, which retrain a model (its weights are never committed)
 instead of overwriting its published card. Exit 1 when the two were trained on other pairs
 (the pairs' sha256 differ): then the retrained model is not the published one. Otherwise exit
 0 and one line: every output file hash reproduced, or which files differ and the largest

@@ -11,7 +11,7 @@ overwritten.
 
     python -m engram_eval.analysis.derived_sidecars results/longmemeval_s_dev
 
-(``scripts/derived_sidecars.py``, the command every publish script records, runs this module
+(``scripts/derived_sidecars.py``, the command the catalogue records, runs this module
 with the same argument.)
 """
 
@@ -33,10 +33,10 @@ from engram_eval.runs.rows import rows_sha256
 INPUTS: dict[str, tuple[str, ...]] = {
     "ABLATIONS.md": ("*.jsonl.summary.json", "*.jsonl.gz.summary.json"),
     "MISSES_hybrid_default.md": ("hybrid_default.jsonl", "hybrid_default.jsonl.gz"),
-    # results/longmemeval_s_dev_split (scripts/publish_tuning.sh)
+    # results/longmemeval_s_dev_split (its catalogue entries)
     "tuned.yaml": ("tuning_run.jsonl.gz",),
     "tuned.yaml.tuning.json": ("tuning_run.jsonl.gz",),
-    # results/lexical (scripts/publish_lexical.sh): the chosen variants' tuning runs are
+    # results/lexical (its catalogue entries): the chosen variants' tuning runs are
     # published; the others stay in scratch (their rows sha256 is in each tuning report)
     "tune_lme_stem.yaml": ("tune_lme_stem.jsonl.gz",),
     "tune_lme_stem.yaml.tuning.json": ("tune_lme_stem.jsonl.gz",),
@@ -45,7 +45,7 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "tuned_first_stage.yaml": ("tune_lme_stem.jsonl.gz", "tune_loc_stem_prefix.jsonl.gz"),
     "tuned_first_stage.yaml.tuning.json": ("tune_lme_stem.jsonl.gz",
                                            "tune_loc_stem_prefix.jsonl.gz"),
-    # results/turn_top_m (scripts/publish_topm.sh): the chosen variants' runs are published
+    # results/turn_top_m (its catalogue entries): the chosen variants' runs are published
     # (topm_lme_V, topm_loc_V), the others stay in scratch
     "topm_d1b1.yaml": ("topm_lme_d1b1.jsonl.gz", "topm_loc_d1b1.jsonl.gz"),
     "topm_d1b1.yaml.tuning.json": ("topm_lme_d1b1.jsonl.gz", "topm_loc_d1b1.jsonl.gz"),

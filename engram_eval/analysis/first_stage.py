@@ -5,7 +5,8 @@ reranker's card, :data:`engram_eval.retrieval.settings.CARD_FIELDS`).
     python -m engram_eval.analysis.first_stage results/lexical/tuned_first_stage.yaml \\
         results/lexical/heldout_config.yaml
 
-(``scripts/publish_lexical.sh heldout`` runs this; the output must not exist.)
+(The catalogue entry ``lexical/heldout_config.yaml`` records the command; the output
+must not exist.)
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ directory; written as ``lexical_choice.json`` beside them.
 
 The chat structure ("chat", reports ``tune_lme_*``) takes the first list of variants, people's
 chats ("people", ``tune_loc_*``) the second. Prints the choice per structure as one JSON line.
-(``scripts/publish_lexical.sh first`` runs this.)
+(The catalogue entry ``lexical/lexical_choice.json`` records the command.)
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ for LongMemEval, ``locomo`` for LoCoMo).
     python -m engram_eval.analysis.misses results/longmemeval_s_dev/hybrid_default.jsonl.gz \\
         [--protocol answerable] [--output MISSES.md]
 
-(``scripts/misses.py``, the command the publish scripts record and the analyses name, runs
+(``scripts/misses.py``, the command the catalogue records and the analyses name, runs
 this module with the same arguments.)
 """
 

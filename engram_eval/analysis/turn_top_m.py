@@ -18,7 +18,7 @@ estimate it, so it is **not nested**; the report also gives the nested estimate,
 exact and cheap here: in fold ``f`` the variant whose tuned pick scores best on the other
 folds (each report's ``train_score``: the joint best over variants and fusion candidates,
 since each structure has one part) is scored on fold ``f``. Prints the choice per structure
-as one JSON line. (``scripts/publish_topm.sh topm`` runs this.)
+as one JSON line. (The catalogue's ``turn_top_m/`` entries record the command.)
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ OUTPUT = "turn_top_m.json"
 
 
 #: Reports of the variants tuned over both parts; ``topm_loc_`` names those of the LoCoMo
-#: tune conversations tuned alone (``publish_topm.sh people``).
+#: tune conversations tuned alone (catalogue: ``turn_top_m/``).
 PREFIX = "topm_"
 
 

@@ -175,7 +175,7 @@ def add_catalog(sub: Any) -> None:
     mode.add_argument("--write", action="store_true",
                       help="(re)write the catalogue from the tree: the sidecars, git history "
                       "(the commit that added each file) and PROVENANCE.md's contents table; "
-                      "the written catalogue's archive is kept")
+                      "the written catalogue's archive and planned entries are kept")
     mode.add_argument("--archive", nargs="+", metavar="ID",
                       help="move these entries to the catalogue's archive: each names the "
                       "commit (HEAD) that holds its file, and the file and its companions are "
@@ -188,6 +188,11 @@ def add_catalog(sub: Any) -> None:
     c.add_argument("--apply", action="store_true",
                    help="with --retain: archive every entry and shipped model no current "
                    "claim keeps (commit the removal and the catalogue next)")
+    mode.add_argument("--makefile", action="store_true",
+                      help="write the Make rules of the catalogue (.publish/catalog.mk, which "
+                      "the checkout's Makefile includes and remakes when the catalogue is newer): "
+                      "a target per planned entry, its inputs as prerequisites, its recipe "
+                      "engram-eval publish ID")
 
 
 def default_models() -> list[str]:
@@ -211,6 +216,7 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     from engram_eval.io import atomic_write
     from engram_eval.provenance import catalog as C
     from engram_eval.provenance import retention as R
+    from engram_eval.provenance.makefile import MAKEFILE, makefile
 
     root = Path(args.root)
     path = root / C.CATALOG
@@ -219,12 +225,22 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     if args.retain:
         return _retain(root, path, args.apply)
     if args.write or args.archive:
-        kept = C.load(path).get("archive", []) if path.is_file() else []
-        cat = C.build(root, kept)
+        written = C.load(path) if path.is_file() else {}
+        cat = C.build(root, written.get("archive", []))
         if args.archive:
             cat = C.archive(root, cat, args.archive)
+        cat["planned"] = written.get("planned", [])
         atomic_write(path, C.dump(cat))
-        print(f"wrote {path}: {len(cat['entries'])} entries, {len(cat['archive'])} archived")
+        print(f"wrote {path}: {len(cat['entries'])} entries, {len(cat['archive'])} archived, "
+              f"{len(cat['planned'])} planned")
+        return 0
+    if args.makefile:
+        if not path.is_file():
+            raise EngramEvalError(f"{path}: no catalogue (write it with engram-eval catalog "
+                                  "--write)")
+        (root / MAKEFILE).parent.mkdir(exist_ok=True)
+        atomic_write(root / MAKEFILE, makefile(C.load(path)))
+        print(f"wrote {root / MAKEFILE}")
         return 0
     if not path.is_file():
         raise EngramEvalError(f"{path}: no catalogue (write it with engram-eval catalog --write)")
@@ -321,6 +337,35 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return out.exit_code
 
 
+def add_publish(sub: Any) -> None:
+    r = sub.add_parser("publish", help="make planned catalogue entries at HEAD (held-out runs "
+                       "by the frozen protocol), verify them, move them into results/ and "
+                       "catalogue them")
+    r.add_argument("entries", nargs="+", metavar="ID", help="planned catalogue ids "
+                   "(results/catalog.yaml, planned:); entries sharing a command with one "
+                   "come along")
+    r.add_argument("--root", default=".", help="the checkout (default: the current folder)")
+    r.add_argument("--data", action="append", default=[], metavar="PATH",
+                   help="a data file, or a folder searched for it, found by the sha256 the "
+                   "entry records (repeatable)")
+    r.add_argument("--rerun", type=int, default=3, metavar="K",
+                   help="questions verify re-ranks per run, seed 0 (default 3)")
+    r.add_argument("--allow-changed-sources", action="store_true",
+                   help="publish although the tracked sources differ from HEAD (the result "
+                   "then re-executes from no commit: for trials, never for publication)")
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from engram_eval.provenance.publish import publish
+
+    if args.rerun < 1:
+        raise EngramEvalError("publish: --rerun must be at least 1")
+    publish(args.root, args.entries, data=args.data, rerun=args.rerun,
+            allow_changed_sources=args.allow_changed_sources)
+    return 0
+
+
 COMMANDS = {"verify": (add_verify, cmd_verify), "score": (add_score, cmd_score),
             "export": (add_export, cmd_export), "trec": (add_trec, cmd_trec),
-            "catalog": (add_catalog, cmd_catalog), "reproduce": (add_reproduce, cmd_reproduce)}
+            "catalog": (add_catalog, cmd_catalog), "reproduce": (add_reproduce, cmd_reproduce),
+            "publish": (add_publish, cmd_publish)}

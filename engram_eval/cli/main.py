@@ -17,7 +17,7 @@ from engram_eval.retrieval.flags import ArgumentParser
 from engram_eval.retrieval.models import set_offline_env
 
 # The commands live in one module per group: cli.runs (run, merge, compress), cli.audit
-# (verify, score, export, trec, catalog, reproduce), cli.analysis (compare, analyze, plot, tune, train-reranker,
+# (verify, score, export, trec, catalog, reproduce, publish), cli.analysis (compare, analyze, plot, tune, train-reranker,
 # train-encoder, confidence-study), cli.data (split, heldout, make-stress), cli.qa (export-context,
 # answer, judge),
 # cli.report (report), cli.production (production store|search|run|calibrate|sweep|...). Each exposes
@@ -25,7 +25,7 @@ from engram_eval.retrieval.models import set_offline_env
 Command = tuple[Callable[[Any], None], Callable[[argparse.Namespace], int]]
 
 #: The subcommands in the order ``engram-eval --help`` lists them.
-ORDER = ("run", "verify", "reproduce", "catalog", "score", "export", "compress", "split",
+ORDER = ("run", "verify", "reproduce", "publish", "catalog", "score", "export", "compress", "split",
          "heldout", "compare", "plot",
          "analyze", "trec", "make-stress", "merge", "tune", "train-reranker", "train-encoder",
          "confidence-study",

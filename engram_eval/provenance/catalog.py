@@ -29,6 +29,15 @@ The ``archive`` holds entries whose files left the tree (:func:`archive`): each 
 catalogued, plus ``at``, the commit that holds the file and its companions; the check reads
 each back from git history and compares its sha256, and ``engram-eval reproduce ID`` takes the
 file from there.
+A frozen manifest's command is the validate-only freeze of the run made under it
+(:func:`freeze_commands`).
+
+The ``planned`` list holds results declared before they exist, each with the fields above
+(its ``command`` the recipe, ``inputs.entries`` the catalogue ids it reads);
+``engram-eval publish ID`` makes one at HEAD, verifies it, moves it into ``results/`` and
+catalogues it (:mod:`engram_eval.provenance.publish`); :func:`check_planned` holds them.
+``engram-eval catalog --makefile`` writes the Make rules the checkout's ``Makefile`` includes
+(:mod:`engram_eval.provenance.makefile`): Make orders the publications by their inputs.
 ``engram-eval catalog`` writes or checks ``results/catalog.yaml``; ``engram-eval reproduce ID``
 re-executes an entry (:mod:`engram_eval.runs.reproduce`).
 """
@@ -76,6 +85,51 @@ SOURCES_AT: dict[str, str] = {
     "systems_leak/compare_prefix_leak_real_vs_opaque.*": "693aad0",
     "production/dev.json": "3725f65",  # restored too: the behaviour check reads its settings
     "production/dev.frozen.json": "3725f65",
+}
+
+#: The real data beside a checkout (README: ``../shared/data``).
+_DATA = "../shared/data"
+_LME_LABEL = ("development split of LongMemEval_S (not held out: the data was looked at while "
+              "building the retriever)")
+_LOC_LABEL = ("LoCoMo10, all 10 conversations (not held out: the data was looked at while "
+              "building the retriever)")
+#: The command of a derived file whose sidecar records none (a script's output, sidecarred by
+#: ``engram_eval.analysis.derived_sidecars``): ``results/``-relative path -> the command the
+#: publication ran, in the checkout's root (before issue 46 a step of a publish script).
+SCRIPT_COMMANDS: dict[str, list[str]] = {
+    "longmemeval_s_dev/ABLATIONS.md": [
+        "python", "scripts/ablation_table.py", "results/longmemeval_s_dev", "--label",
+        _LME_LABEL, "--output", "results/longmemeval_s_dev/ABLATIONS.md"],
+    "locomo10/ABLATIONS.md": [
+        "python", "scripts/ablation_table.py", "results/locomo10", "--label", _LOC_LABEL,
+        "--output", "results/locomo10/ABLATIONS.md"],
+    "longmemeval_s_dev/MISSES_hybrid_default.md": [
+        "python", "scripts/misses.py", "results/longmemeval_s_dev/hybrid_default.jsonl.gz",
+        "--output", "results/longmemeval_s_dev/MISSES_hybrid_default.md"],
+    "lexical/lexical_choice.json": [
+        "python", "-m", "engram_eval.analysis.lexical_choice", "results/lexical", "plain stem",
+        "plain_none stem_none plain_prefix stem_prefix"],
+    "lexical/heldout_config.yaml": [
+        "python", "-m", "engram_eval.analysis.first_stage",
+        "results/lexical/tuned_first_stage.yaml", "results/lexical/heldout_config.yaml"],
+    "longmemeval_s_dev/dense_pieces.json": [
+        "python", "benchmarks/longmemeval/dense_pieces.py",
+        f"{_DATA}/longmemeval/longmemeval_s_cleaned.dev.json.gz", "--output",
+        "results/longmemeval_s_dev/dense_pieces.json"],
+    **{f"production/abstention_{name}.{ext}": [
+        "python", "benchmarks/production_retrieval/abstention_sweep.py", "--settings",
+        "engram_eval/production/data/settings_v1.json", f"{_DATA}/{data}", "--dataset-label",
+        label, "--output", f"results/production/abstention_{name}.json"]
+       for name, data, label in (
+           ("longmemeval_s_dev", "longmemeval/longmemeval_s_cleaned.dev.json.gz",
+            "LongMemEval S cleaned, development split"),
+           ("locomo10", "locomo/locomo10.json", "LoCoMo10"))
+       for ext in ("json", "png")},
+    "confidence_v7/gate_choice.json": [
+        "python", "scripts/choose_gate.py", "--candidate",
+        "c1=results/confidence_v7/cand_c1.report.json", "--candidate",
+        "c0.1=results/confidence_v7/cand_c0.1.report.json", "--output",
+        "results/confidence_v7/gate_choice.json"],
 }
 
 _RUN_SUFFIXES = (".jsonl.gz", ".jsonl")
@@ -277,8 +331,93 @@ def build(root: str | Path, archive: Iterable[Mapping[str, Any]] = (),
         entries.append({"id": entry_id(rel), "path": f"results/{rel}", "sha256": sha256_file(p),
                         **body, "commit": sources_commit(rel, added),
                         "sections": sections.get(folder, [])})
-    return {"kind": KIND, "version": VERSION, "entries": entries,
-            "archive": [dict(a) for a in archive]}
+    archived = [dict(a) for a in archive]
+    fill_commands([*entries, *archived])
+    return {"kind": KIND, "version": VERSION, "entries": entries, "archive": archived}
+
+
+def fill_commands(entries: list[dict[str, Any]]) -> None:
+    """The commands sidecars do not record, in place, for published and archived entries
+    alike: a frozen manifest's (:func:`freeze_commands`), a script-made file's
+    (:data:`SCRIPT_COMMANDS`)."""
+    freeze_commands(entries)
+    for e in entries:
+        if e.get("command") is None and e["id"] in SCRIPT_COMMANDS:
+            e["command"] = list(SCRIPT_COMMANDS[e["id"]])
+
+
+def freeze_commands(entries: list[dict[str, Any]]) -> None:
+    """A frozen manifest's command, where the sidecar records none: the validate-only freeze of
+    the run made under it (that run's command, ``--output`` and ``--frozen-source`` dropped,
+    ``--validate-only --freeze-source MANIFEST`` added) and that run's data."""
+    by_path = {e["path"]: e for e in entries}
+    for e in entries:
+        manifest = by_path.get(str((e.get("inputs") or {}).get("frozen_source")))
+        cmd = e.get("command")
+        if e.get("type") != "run" or manifest is None or manifest.get("command") is not None or \
+                not isinstance(cmd, list) or not all(isinstance(a, str) for a in cmd):
+            continue
+        keep: list[str] = []
+        skip = False
+        for a in cmd:
+            if skip:
+                skip = False
+            elif a in ("--output", "--frozen-source"):
+                skip = True
+            else:
+                keep.append(a)
+        manifest["command"] = [*keep, "--validate-only", "--freeze-source", manifest["path"]]
+        manifest["inputs"] = {**(manifest.get("inputs") or {}), "data": e["inputs"]["data"]}
+
+
+def commands(entry: Mapping[str, Any]) -> list[list[str]]:
+    """The entry's recipe as a list of commands (one command, or several in order)."""
+    cmd = entry.get("command")
+    if isinstance(cmd, list) and cmd and all(isinstance(c, list) for c in cmd):
+        out = [list(map(str, c)) for c in cmd]
+    elif isinstance(cmd, list) and cmd and all(isinstance(a, str) for a in cmd):
+        out = [list(cmd)]
+    else:
+        raise ConfigError(f"{entry.get('id')}: field command must be a command (a list of "
+                          "strings) or a list of commands")
+    return out
+
+
+#: Fields a planned entry must have.
+PLANNED_FIELDS = ("id", "path", "type", "role", "command")
+
+
+def check_planned(catalog: Mapping[str, Any]) -> list[str]:
+    """Problems of the catalogue's ``planned`` entries: a missing field, a path outside
+    ``results/``, an id already catalogued or planned twice, an input entry that is neither
+    catalogued nor planned. Empty when they are well formed."""
+    known = {e["id"] for e in catalog.get("entries", [])}
+    planned = {p.get("id") for p in catalog.get("planned", [])}
+    problems = []
+    for i, p in enumerate(catalog.get("planned", [])):
+        where = f"planned[{i}] ({p.get('id')})"
+        missing = [f for f in PLANNED_FIELDS if not p.get(f)]
+        if missing:
+            problems.append(f"{where}: field(s) {', '.join(missing)} missing")
+            continue
+        if not str(p["path"]).startswith("results/") or ".." in Path(p["path"]).parts:
+            problems.append(f"{where}: field path must lie under results/")
+        if entry_id(str(p["path"]).removeprefix("results/")) != p["id"]:
+            problems.append(f"{where}: field id must be its path under results/ (a run's "
+                            "without .jsonl/.jsonl.gz)")
+        if p["id"] in known:
+            problems.append(f"{where}: already published (an entry of that id is catalogued)")
+        if [q.get("id") for q in catalog.get("planned", [])].count(p["id"]) > 1:
+            problems.append(f"{where}: planned twice")
+        try:
+            commands(p)
+        except ConfigError as e:
+            problems.append(str(e))
+        for dep in (p.get("inputs") or {}).get("entries") or []:
+            if dep not in known and dep not in planned:
+                problems.append(f"{where}: input entry {dep!r} is neither catalogued nor "
+                                "planned")
+    return problems
 
 
 def dump(catalog: Mapping[str, Any]) -> str:
@@ -307,6 +446,11 @@ def load(path: str | Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("kind") != KIND or doc.get("version") != VERSION:
         raise ConfigError(f"{p}: not an {KIND} version {VERSION} file")
     doc.setdefault("archive", [])
+    doc.setdefault("planned", [])
+    planned = doc["planned"]
+    if not isinstance(planned, list) or not all(
+            isinstance(x, dict) and isinstance(x.get("id"), str) for x in planned):
+        raise ConfigError(f"{p}: field planned must be a list of entries, each with a string id")
     seen: set[str] = set()
     for field in ("entries", "archive"):
         items = doc.get(field)
@@ -362,6 +506,7 @@ def check(root: str | Path, catalog: Mapping[str, Any]) -> list[str]:
         if differ:
             problems.append(f"{b['path']}: the catalogue's {', '.join(differ)} differ from "
                             "what the tree records now")
+    problems += check_planned({**catalog, "entries": list(fresh.values())})
     for a in catalog.get("archive", []):
         if a["id"] in fresh:
             problems.append(f"{a['path']}: archived, and published in the tree too")

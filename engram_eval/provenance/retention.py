@@ -11,7 +11,10 @@ The rule. The tree keeps
 2. closed over what they were made from: a kept entry keeps every published file its catalogue
    entry names as an input (a comparison its runs, a choice its tuning runs), every published
    file its recorded command names (a frozen source manifest, a settings file), and every
-   file its own command wrote beside it (a comparison's plot, a tuned YAML's tuning report);
+   file its own command wrote beside it (a comparison's plot, a tuned YAML's tuning report).
+   What a kept *run* names (its config, its frozen source) is kept so the run re-executes, but
+   not closed over in turn: the tuning runs that chose a held-out run's config back that
+   choice, which stays only where a claim names it (:data:`RUN_TYPES`);
 3. and the **models the current defaults use** (:func:`needed_models`: the shipped models the
    default settings name, with the model whose weights a settings-only version uses).
 
@@ -79,9 +82,13 @@ CLAIMS: tuple[Claim, ...] = (
           "the whole publication of the encoder now in use: the choice out of fold "
           "(encoder_choice.json, its fold runs, the fold encoders' cards), the held-out "
           "conversations once in the shipped int8 form and in fp32, its comparisons with "
-          "MiniLM (the README's baseline figure) and with BM25 alone, and the batch fix's runs "
-          "(the default embedding_batch_isolated: the README's held-out figure since)",
-          ("dense_encoder/*",)),
+          "MiniLM (the README's baseline figure) and with BM25 alone, and the batch fix's "
+          "held-out run (the default embedding_batch_isolated: the README's held-out figure "
+          "since) with its comparison; the fix's tune-part comparison is history (a "
+          "correctness fix, adopted without a choice)",
+          ("dense_encoder/encoder_choice.json", "dense_encoder/enc_f*", "dense_encoder/lme_f*",
+           "dense_encoder/loc_f*", "dense_encoder/heldout_*", "dense_encoder/compare_conv_v1_*",
+           "dense_encoder/compare_heldout_isolated_vs_batched.json")),
     Claim("the default gate, calibration v7 (§25)",
           "the whole publication of the gate now in use: both orders, the feature study, the "
           "candidates by nested cross-validation, the fit's report, the held-out regression "
@@ -117,6 +124,11 @@ CLAIMS: tuple[Claim, ...] = (
           ("longmemeval_s_dev_split/split_manifest.json", "structure/locomo_split_manifest.json",
            "heldout_ledger.json")),
 )
+
+#: Entry types that are runs: what a kept run names (its config, its frozen source) is kept so
+#: that it re-executes, but not closed over in turn (the tuning runs that chose a held-out
+#: run's config back a choice, kept only where a claim names that choice).
+RUN_TYPES = ("run", "production-run")
 
 #: The ledger's label of a first, once-only run on a held-out input.
 MEASUREMENT = "held-out measurement"
@@ -247,11 +259,16 @@ def plan(root: str | Path, catalog: Mapping[str, Any], default_models: Iterable[
     by_path = {str(e.get("path")): i for i, e in entries.items()}
     out = Plan()
     todo: list[str] = []
+    closed: set[str] = set()  # kept with what it was made from
+    needed: set[str] = set()  # kept only as what a run needs to re-execute
 
-    def keep(ids: Iterable[str], reason: str) -> None:
+    def keep(ids: Iterable[str], reason: str, *, run_needs: bool = False) -> None:
         for i in ids:
-            if out.add(i, reason):
-                todo.append(i)
+            out.add(i, reason)
+            if i in closed or (run_needs and i in needed):
+                continue
+            (needed if run_needs else closed).add(i)
+            todo.append(i)
 
     readme = root / "README.md"
     if readme.is_file():
@@ -286,11 +303,13 @@ def plan(root: str | Path, catalog: Mapping[str, Any], default_models: Iterable[
     while todo:
         i = todo.pop()
         e = entries[i]
-        keep(_named_inputs(e, by_path), f"an input of {i}")
+        if i in closed:  # a run's config and frozen source: kept, not what chose them
+            keep(_named_inputs(e, by_path), f"an input of {i}",
+                 run_needs=e.get("type") in RUN_TYPES)
         key = _command_key(e)
         if key is not None:
             keep([s for s in siblings[key] if s != i and _written_together(e, entries[s])],
-                 f"written by the command that made {i}")
+                 f"written by the command that made {i}", run_needs=i not in closed)
     out.archive = sorted(i for i in entries if i not in out.keep)
     out.models_keep = needed_models(root, default_models)
     out.models_archive = [m for m in shipped_dirs(root) if m not in out.models_keep]

@@ -249,26 +249,26 @@ FILE_GENERATORS: dict[str, str] = {
     "speed_variants_full.json": "benchmarks/longmemeval/speed_variants.py",
     "scale.json": "benchmarks/longmemeval/scale.py",
     "scale.png": "benchmarks/longmemeval/scale.py",
-    # results/longmemeval_s_dev_split (scripts/publish_tuning.sh)
+    # results/longmemeval_s_dev_split (its catalogue entries)
     "tuned.yaml": "engram_eval/analysis/tune.py",
     "tuned.yaml.tuning.json": "engram_eval/analysis/tune.py",
-    # results/longmemeval_s_dev_rerank (scripts/publish_rerank.sh)
+    # results/longmemeval_s_dev_rerank (its catalogue entries)
     "rerank_choice.json": "engram_eval/analysis/choose_rerank.py",
-    # the unit and blend chosen together out of fold (scripts/publish_rerank_unit.sh)
+    # the unit and blend chosen together out of fold (its catalogue entries)
     "rerank_unit_choice.json": "engram_eval/analysis/choose_rerank.py",
-    # results/rerank_retrain (scripts/publish_retrain.sh): blend grid and retrained folds
+    # results/rerank_retrain (its catalogue entries): blend grid and retrained folds
     "retrain_choice.json": "engram_eval/analysis/choose_rerank.py",
     "speed_rerank_tune30.json": "benchmarks/longmemeval/speed_rerank.py",
     # results/locomo_rerank: the same measurement on LoCoMo tune conversations
     "speed_rerank_locomo_tune30.json": "benchmarks/longmemeval/speed_rerank.py",
-    # results/shipped_reranker (scripts/publish_shipped.sh): the shipped form's cost
+    # results/shipped_reranker (its catalogue entries): the shipped form's cost
     "speed_shipped_tune30.json": "benchmarks/longmemeval/speed_rerank.py",
-    # results/longmemeval_s_dev (scripts/publish_memo.sh)
+    # results/longmemeval_s_dev (its catalogue entries)
     "speed_memo.json": "benchmarks/longmemeval/speed_memo.py",
-    # results/structure (scripts/publish_structure.sh)
+    # results/structure (its catalogue entries)
     "tuned_by_structure.yaml": "engram_eval/analysis/tune_parts.py",
     "tuned_by_structure.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
-    # results/production (scripts/publish_production.sh)
+    # results/production (its catalogue entries)
     "calibration_v1.report.json": "engram_eval/production_eval/commands.py",
     "calibration_v1.report.png": "engram_eval/production_eval/calibrate.py",
     "abstention_longmemeval_s_dev.json": "engram_eval/production_eval/commands.py",
@@ -277,7 +277,7 @@ FILE_GENERATORS: dict[str, str] = {
     "abstention_locomo10.png": "engram_eval/production_eval/commands.py",
     # results/longmemeval_s_dev_context (PROVENANCE.md, "From retrieval to answers")
     "context_tokens.json": "benchmarks/longmemeval/context_tokens.py",
-    # results/confidence (scripts/publish_confidence.sh, issue 18)
+    # results/confidence (its catalogue entries, issue 18)
     "calibration_v3_chat.report.json": "engram_eval/production_eval/commands.py",
     "calibration_v3_chat.report.png": "engram_eval/production_eval/commands.py",
     "calibration_v3_people.report.json": "engram_eval/production_eval/commands.py",
@@ -287,18 +287,18 @@ FILE_GENERATORS: dict[str, str] = {
     "calibration_v3_chat_full.report.png": "engram_eval/production_eval/commands.py",
     "calibration_v3_people_full.report.json": "engram_eval/production_eval/commands.py",
     "calibration_v3_people_full.report.png": "engram_eval/production_eval/commands.py",
-    # results/confidence_v4: calibration v4 per memory shape (scripts/publish_confidence_v4.sh)
+    # results/confidence_v4: calibration v4 per memory shape (its catalogue entries)
     "calibration_v4.report.json": "engram_eval/production_eval/commands.py",
     "calibration_v4.report.png": "engram_eval/production_eval/commands.py",
     # results/confidence_v5: the same fit under the current default pipeline, rerank on
-    # (scripts/publish_confidence_v5.sh)
+    # (its catalogue entries)
     "calibration_v5.report.json": "engram_eval/production_eval/commands.py",
     "calibration_v5.report.png": "engram_eval/production_eval/commands.py",
     # results/confidence_v6: the same fit under the default pipeline with engram-ce-minilm-v4
-    # (scripts/publish_confidence_v6.sh)
+    # (its catalogue entries)
     "calibration_v6.report.json": "engram_eval/production_eval/commands.py",
     "calibration_v6.report.png": "engram_eval/production_eval/commands.py",
-    # results/confidence_v7 (scripts/publish_confidence_v7.sh, issue 45): both orders under
+    # results/confidence_v7 (its catalogue entries, issue 45): both orders under
     # calibration v6, the candidates judged by nested cross-validation, the choice, the fit
     "order_lme_tune_v6.json": "engram_eval/production_eval/commands.py",
     "order_lme_tune_v6.png": "engram_eval/production_eval/commands.py",
@@ -313,12 +313,12 @@ FILE_GENERATORS: dict[str, str] = {
     "gate_choice.json": "scripts/choose_gate.py",
     "calibration_v7.report.json": "engram_eval/production_eval/commands.py",
     "calibration_v7.report.png": "engram_eval/production_eval/commands.py",
-    # its held-out measurement over the runs of section 14 (publish_confidence_v4.sh measure)
+    # its held-out measurement over the runs of section 14 (catalogue: results/confidence_v4)
     "heldout_lme.json": "engram_eval/production_eval/commands.py",
     "heldout_lme.png": "engram_eval/production_eval/commands.py",
     "heldout_locomo.json": "engram_eval/production_eval/commands.py",
     "heldout_locomo.png": "engram_eval/production_eval/commands.py",
-    # results/lexical (scripts/publish_lexical.sh, issue 27): each analyser and speaker
+    # results/lexical (its catalogue entries, issue 27): each analyser and speaker
     # variant tuned on its own part, the choice, the two chosen runs tuned together
     "tune_lme_plain.yaml": "engram_eval/analysis/tune.py",
     "tune_lme_plain.yaml.tuning.json": "engram_eval/analysis/tune.py",
@@ -341,7 +341,7 @@ FILE_GENERATORS: dict[str, str] = {
     "speed_tune30_before.json": "benchmarks/longmemeval/speed_rerank.py",
     "speed_locomo_tune.json": "benchmarks/longmemeval/speed_rerank.py",
     "speed_locomo_tune_before.json": "benchmarks/longmemeval/speed_rerank.py",
-    # results/turn_top_m (scripts/publish_topm.sh, issue 27): each turn top-m variant's
+    # results/turn_top_m (its catalogue entries, issue 27): each turn top-m variant's
     # two tuning runs tuned together, the choice, the chosen runs tuned together, the frozen
     # first stage and the rerank stage re-chosen on it
     "topm_d1b1.yaml": "engram_eval/analysis/tune_parts.py",
@@ -359,7 +359,7 @@ FILE_GENERATORS: dict[str, str] = {
     "topm_first_stage.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
     "topm_heldout_config.yaml": "engram_eval/analysis/first_stage.py",
     "topm_rerank_choice.json": "engram_eval/analysis/choose_rerank.py",
-    # the people-only study (publish_topm.sh people)
+    # the people-only study (catalogue: results/turn_top_m)
     "topm_loc_d1b1.yaml": "engram_eval/analysis/tune_parts.py",
     "topm_loc_d1b1.yaml.tuning.json": "engram_eval/analysis/tune_parts.py",
     "topm_loc_d2b1.yaml": "engram_eval/analysis/tune_parts.py",

@@ -6,7 +6,8 @@ published file (:mod:`engram_eval.provenance.catalog`).
   ``--questions K`` asks for a seeded sample): the rankings exactly, the scores within
   verify's tolerance, the summary recomputed from the rows, the recorded sources against the
   commit the catalogue names.
-* A **derived** file made by an ``engram-eval`` command is made again with its recorded
+* A **derived** file made by an ``engram-eval`` command or a Python script of the checkout
+  (``python scripts/x.py``, ``python -m engram_eval...``) is made again with its recorded
   command, its outputs written to a scratch folder, and its sha256 compared with the published
   one's.
 
@@ -23,7 +24,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,7 @@ from typing import Any
 from engram_eval.errors import ConfigError
 from engram_eval.io import atomic_write, sha256_file
 from engram_eval.provenance import catalog as C
-
-#: Data file suffixes searched under the ``data`` folders.
-DATA_SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz")
+from engram_eval.provenance.publish import find_data
 
 
 @dataclass(frozen=True)
@@ -47,26 +46,6 @@ class Outcome:
     @property
     def exit_code(self) -> int:
         return 0 if self.ok else 1
-
-
-def find_data(sha256: str, name: str, paths: Iterable[str | Path]) -> Path:
-    """The file of ``sha256`` under ``paths`` (files, or folders searched recursively; a
-    file named ``name`` is hashed first). One clear error naming the file when none matches."""
-    candidates: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_file():
-            candidates.append(p)
-        elif p.is_dir():
-            found = sorted(q for q in p.rglob("*") if q.is_file()
-                           and q.name.endswith(DATA_SUFFIXES))
-            candidates += sorted(found, key=lambda q: q.name != name)
-    for c in candidates:
-        if sha256_file(c) == sha256:
-            return c
-    raise ConfigError(f"the entry needs the data file {name!r} (sha256 {sha256[:16]}…), found "
-                      "under none of the --data paths given: pass the file or its folder (a "
-                      "split part: engram-eval split SOURCE with its split manifest's holdout "
-                      "and salt)")
 
 
 def reproduce(root: str | Path, entry_id: str, *, data: Sequence[str | Path] = (),
@@ -123,12 +102,13 @@ def _in_checkout(root: Path, commit: str | None, here: bool,
                            capture_output=True, check=False)
 
 
-def _cli(tree: Path, args: Sequence[str], cwd: Path | None = None
+def _cli(tree: Path, args: Sequence[str], cwd: Path | None = None, *, python: bool = False
          ) -> subprocess.CompletedProcess[str]:
-    """``engram-eval ARGS`` with the code of the checkout at ``tree``, this interpreter, in
-    ``cwd`` (default: ``tree``)."""
+    """``engram-eval ARGS`` (with ``python``: ``python ARGS``, a script or ``-m MODULE``) with
+    the code of the checkout at ``tree``, this interpreter, in ``cwd`` (default: ``tree``)."""
     env = {**os.environ, "PYTHONPATH": str(tree) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "engram_eval.cli.main", *args],
+    head = [sys.executable] if python else [sys.executable, "-m", "engram_eval.cli.main"]
+    return subprocess.run([*head, *args],
                           cwd=cwd or tree, env=env, capture_output=True, text=True, check=False)
 
 
@@ -219,11 +199,12 @@ OUTPUT_FLAGS = ("--output", "--plot", "-o")
 
 def engram_args(command: Sequence[str] | None) -> list[str] | None:
     """The arguments after ``engram-eval`` of a recorded command (``engram-eval ...``,
-    ``.venv/bin/engram-eval ...``, ``python -m engram_eval.cli.main ...``), else None."""
+    ``.venv/bin/engram-eval ...``, ``python -m engram_eval.cli.main ...``, the module's path as
+    ``python -m`` records it: ``/checkout/engram_eval/cli/main.py ...``), else None."""
     if not command or not all(isinstance(a, str) for a in command):
         return None
     cmd = list(command)
-    if Path(cmd[0]).name == "engram-eval":
+    if Path(cmd[0]).name == "engram-eval" or cmd[0].endswith("engram_eval/cli/main.py"):
         return cmd[1:]
     for i, a in enumerate(cmd[:-1]):
         if a == "-m" and cmd[i + 1] in ("engram_eval", "engram_eval.cli.main", "engram_eval.cli"):
@@ -231,13 +212,42 @@ def engram_args(command: Sequence[str] | None) -> list[str] | None:
     return None
 
 
+#: The folders of a checkout a recorded script path is read from (a path recorded in another
+#: checkout, ``/elsewhere/engram_eval/analysis/x.py``, is that file of this one).
+SCRIPT_FOLDERS = ("engram_eval", "benchmarks", "scripts")
+
+
+def python_args(command: Sequence[str] | None) -> list[str] | None:
+    """The arguments after the interpreter of a recorded Python command (``python FILE.py
+    ...``, ``python -m MODULE ...``, ``FILE.py ...``), a script of another checkout named by its
+    path in this repository; else None."""
+    if not command or not all(isinstance(a, str) for a in command):
+        return None
+    cmd = list(command)
+    if Path(cmd[0]).name.startswith("python"):
+        cmd = cmd[1:]
+    if len(cmd) > 1 and cmd[0] == "-m":
+        return cmd
+    if not cmd or not cmd[0].endswith(".py"):
+        return None
+    parts = Path(cmd[0]).parts
+    for i, part in enumerate(parts):
+        if part in SCRIPT_FOLDERS:
+            return [Path(*parts[i:]).as_posix(), *cmd[1:]]
+    return None
+
+
 def _derived(root: Path, entry: Mapping[str, Any], data: Sequence[str | Path], here: bool,
              echo: Callable[[str], None]) -> Outcome:
     args = engram_args(entry.get("command"))
+    python = args is None
     if args is None:
-        raise ConfigError(f"{entry['id']}: its recorded command is not an engram-eval "
-                          f"invocation ({entry.get('command')!r}); re-run it as PROVENANCE.md "
-                          f"section(s) {', '.join(entry.get('sections') or []) or '?'} say")
+        args = python_args(entry.get("command"))
+    if args is None:
+        raise ConfigError(f"{entry['id']}: its recorded command is neither an engram-eval nor a "
+                          f"Python invocation ({entry.get('command')!r}); re-run it as "
+                          f"PROVENANCE.md section(s) "
+                          f"{', '.join(entry.get('sections') or []) or '?'} say")
     target = Path(entry["path"])
 
     def action(tree: Path) -> Outcome:
@@ -264,7 +274,9 @@ def _derived(root: Path, entry: Mapping[str, Any], data: Sequence[str | Path], h
             if tree == root and entry.get("at"):  # --here, archived: its inputs from history
                 cwd = out / "stage"
                 _stage_inputs(root, entry, cwd)
-            done = _cli(tree, new_args, cwd)
+            if python and new_args[0] != "-m":  # the script of ``tree``, wherever it runs
+                new_args[0] = str(tree / new_args[0])
+            done = _cli(tree, new_args, cwd, python=python)
             if done.returncode != 0 or not made.is_file():
                 tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
                 return Outcome(False, (f"the command failed (exit {done.returncode}):",

@@ -95,7 +95,7 @@ def test_refusals(results: Path, tmp_path: Path) -> None:
 
 
 def test_the_recorded_script_writes_the_same_table(results: Path, tmp_path: Path) -> None:
-    """``scripts/ablation_table.py`` (the command the publish scripts record) writes what
+    """``scripts/ablation_table.py`` (the command the catalogue records) writes what
     the module renders, refuses an existing output, and prints to stdout without one."""
     out = tmp_path / "ABLATIONS.md"
     cmd = [sys.executable, str(SCRIPT), str(results), "--label", "L", "--output", str(out)]

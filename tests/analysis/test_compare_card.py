@@ -1,5 +1,5 @@
 """``engram_eval.analysis.compare_card`` (run by ``scripts/compare_card.py``, the command the
-rerank publish scripts record): a retrained reranker against its published card."""
+rerank publications recorded): a retrained reranker against its published card."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``engram_eval.analysis.lexical_choice`` and ``engram_eval.analysis.first_stage``: the two
-files ``scripts/publish_lexical.sh`` writes itself (the variant chosen per chat structure, and
+files of ``results/lexical`` made by a module rather than a command (the variant chosen per chat structure, and
 the frozen first stage without its rerank fields)."""
 
 from __future__ import annotations

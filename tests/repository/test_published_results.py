@@ -121,7 +121,7 @@ def test_published_run_verifies_against_the_dataset(result: Path,
 def test_published_run_reexecutes(result: Path, split_parts: dict[str, Path]) -> None:
     """``verify --rerun``: RERUN_QUESTIONS seeded questions re-ranked by today's code give the
     recorded rankings and scores. A run whose recorded cross-encoder is not on this machine,
-    or is there with other file hashes (one trained by a publish script: weights are never
+    or is there with other file hashes (one trained by a publication: weights are never
     committed, and retraining on another machine may differ in float noise, PROVENANCE.md
     section 6), is skipped, naming the path and how to re-create it."""
     from engram_eval.io import sha256_file
@@ -131,7 +131,7 @@ def test_published_run_reexecutes(result: Path, split_parts: dict[str, Path]) ->
     cfg = meta["config"]
     model = Path(cfg.get("reranker_model") or "")
     if cfg.get("rerank") and model.is_absolute():
-        how = ("re-create it with the train-reranker command of the publish script named in "
+        how = ("re-create it with the train-reranker command of the publication named in "
                "PROVENANCE.md")
         if not model.exists():
             pytest.skip(f"the run's cross-encoder {model} is not on this machine ({how})")

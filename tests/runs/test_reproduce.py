@@ -13,7 +13,13 @@ import pytest
 from engram_eval.cli import main as cli
 from engram_eval.errors import ConfigError
 from engram_eval.io import sha256_file
-from engram_eval.runs.reproduce import engram_args, find_data, json_differences, reproduce
+from engram_eval.runs.reproduce import (
+    engram_args,
+    find_data,
+    json_differences,
+    python_args,
+    reproduce,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A published comparison whose inputs are published runs (no data needed).
@@ -34,8 +40,28 @@ def test_the_recorded_command_is_read_back() -> None:
     assert engram_args(["engram-eval", "compare", "a", "b"]) == ["compare", "a", "b"]
     assert engram_args([".venv/bin/engram-eval", "run", "d"]) == ["run", "d"]
     assert engram_args(["python", "-m", "engram_eval.cli.main", "plot", "x"]) == ["plot", "x"]
+    assert engram_args(["/wt/engram_eval/cli/main.py", "compare", "a"]) == ["compare", "a"]
     assert engram_args(["bash", "scripts/publish.sh"]) is None
     assert engram_args(None) is None
+
+
+def test_a_recorded_python_command_is_read_back() -> None:
+    """A script's command, its path in another checkout read as this repository's."""
+    assert python_args(["python", "scripts/misses.py", "r.jsonl.gz", "--output", "m.md"]) == [
+        "scripts/misses.py", "r.jsonl.gz", "--output", "m.md"]
+    assert python_args(["/wt/main/engram_eval/analysis/encoder_choice.py", "--baseline", "b"]) \
+        == ["engram_eval/analysis/encoder_choice.py", "--baseline", "b"]
+    assert python_args([".venv/bin/python", "-m", "engram_eval.analysis.first_stage", "a"]) == \
+        ["-m", "engram_eval.analysis.first_stage", "a"]
+    assert python_args(["bash", "x.sh"]) is None and python_args(["/tmp/x.py"]) is None
+
+
+def test_a_script_made_file_reproduces_by_its_catalogued_command() -> None:
+    """A derived file a script made (its sidecar records no command; the catalogue names the
+    script's): made again with today's code, byte for byte."""
+    out = reproduce(ROOT, "longmemeval_s_dev/MISSES_hybrid_default.md", here=True)
+    assert out.ok, out.lines
+    assert "equals the published one" in out.lines[-1]
 
 
 def test_json_differences_name_their_paths(tmp_path: Path) -> None:
