@@ -181,6 +181,42 @@ def add_catalog(sub: Any) -> None:
                       "commit (HEAD) that holds its file, and the file and its companions are "
                       "removed from the working tree once git holds them byte for byte "
                       "(commit the removal and the catalogue next)")
+    mode.add_argument("--tables", action="store_true",
+                      help="rewrite PROVENANCE.md's generated blocks (the defaults, each "
+                      "section's figures, the tables of published files) from the catalogue, "
+                      "the published files and the package defaults; --write and --archive "
+                      "rewrite them too, and --check fails while one is stale")
+
+
+def table_sources(root: Any, catalog: Any) -> Any:
+    """What PROVENANCE.md's generated blocks read: the checkout, its catalogue, and the
+    package defaults as the code holds them (chat and people retrieval settings, production
+    search's)."""
+    from dataclasses import asdict
+
+    from engram_eval.production.settings import DEFAULT_CALIBRATION, ProductionSettings
+    from engram_eval.provenance.tables import Sources
+    from engram_eval.retrieval.settings import RetrievalSettings
+
+    chat = RetrievalSettings()
+    production = {**asdict(ProductionSettings()), "default_calibration": DEFAULT_CALIBRATION}
+    return Sources(root, catalog, {"chat": asdict(chat.for_chat_roles(True)),
+                                   "people": asdict(chat.for_chat_roles(False)),
+                                   "production": production})
+
+
+def _rewrite_tables(root: Any, catalog: Any) -> None:
+    from engram_eval.io import atomic_write
+    from engram_eval.provenance import tables as T
+
+    doc = root / T.DOCUMENT
+    if not doc.is_file():
+        return
+    text = doc.read_text(encoding="utf-8")
+    new = T.rewrite(text, table_sources(root, catalog), str(doc))
+    if new != text:
+        atomic_write(doc, new)
+        print(f"wrote {doc}: {len(T.blocks(new))} generated blocks")
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
@@ -198,10 +234,21 @@ def cmd_catalog(args: argparse.Namespace) -> int:
             cat = C.archive(root, cat, args.archive)
         atomic_write(path, C.dump(cat))
         print(f"wrote {path}: {len(cat['entries'])} entries, {len(cat['archive'])} archived")
+        _rewrite_tables(root, C.load(path))
         return 0
     if not path.is_file():
         raise EngramEvalError(f"{path}: no catalogue (write it with engram-eval catalog --write)")
-    problems = C.check(root, C.load(path))
+    if args.tables:
+        _rewrite_tables(root, C.load(path))
+        return 0
+    catalog = C.load(path)
+    problems = C.check(root, catalog)
+    doc = root / "PROVENANCE.md"
+    if doc.is_file():
+        from engram_eval.provenance import tables as T
+
+        problems += T.stale(doc.read_text(encoding="utf-8"), table_sources(root, catalog),
+                            str(doc))
     for line in problems:
         print(f"[FAIL] {line}")
     print("catalogue agrees with the tree" if not problems else

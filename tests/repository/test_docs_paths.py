@@ -1,5 +1,8 @@
-"""Every repository path the documents name exists: README.md, PROVENANCE.md and any
-results/**/README.md (fast; reads text only).
+"""Every repository path the documents name exists: README.md, PROVENANCE.md, HISTORY.md and
+any results/**/README.md (fast; reads text only). A published file that left the tree resolves
+through the catalogue's archive (``results/catalog.yaml``: the commit that holds it), and
+HISTORY.md, which tells how every result was made, may also name a file that git history holds
+(a script of its time, since replaced).
 
 A *repository path* is a word inside backticks (inline code or a fenced block) whose first
 segment is a top-level entry of the repository (``engram_eval/...``, ``scripts/...``,
@@ -25,7 +28,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = sorted([ROOT / "README.md", ROOT / "PROVENANCE.md",
+DOCS = sorted([ROOT / "README.md", ROOT / "PROVENANCE.md", ROOT / "HISTORY.md",
                *(ROOT / "results").rglob("README.md")])
 TOP = {p.name for p in ROOT.iterdir() if not p.name.startswith(".")} - {"__pycache__"}
 
@@ -72,9 +75,36 @@ def named_paths(text: str) -> set[str]:
     return out
 
 
-def _exists(path: str) -> bool:
+def _archived() -> set[str]:
+    """Every path the catalogue's archive holds in git history: the files, their companions
+    and the folders above them."""
+    from engram_eval.provenance import catalog as C
+
+    out: set[str] = set()
+    for a in C.load(ROOT / C.CATALOG).get("archive", []):
+        for path in (a["path"], *C.companions(a["path"])):
+            out.add(path)
+            parts = path.split("/")
+            out.update("/".join(parts[:i]) for i in range(1, len(parts)))
+    return out
+
+
+def _in_history() -> set[str]:
+    """Every path git history has held (one ``git log``); empty without history."""
+    import subprocess
+
+    done = subprocess.run(["git", "-C", str(ROOT), "log", "--all", "--format=", "--name-only"],
+                          capture_output=True, text=True, check=False)
+    out: set[str] = set()
+    for path in done.stdout.splitlines() if done.returncode == 0 else []:
+        parts = path.split("/")
+        out.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return out
+
+
+def _exists(path: str, elsewhere: set[str] | None = None) -> bool:
     p = ROOT / path
-    if p.exists():
+    if p.exists() or path.rstrip("/") in (elsewhere or set()):
         return True
     head, _, attr = path.rpartition(".")  # tests/tiny_models.build_cross_encoder
     return bool(head) and attr.isidentifier() and (ROOT / f"{head}.py").is_file()
@@ -95,6 +125,10 @@ def test_the_rule_reads_paths_and_skips_patterns_and_external_paths() -> None:
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_repository_path_a_document_names_exists(doc: Path) -> None:
-    missing = sorted(p for p in named_paths(doc.read_text(encoding="utf-8")) if not _exists(p))
+    elsewhere = _archived()
+    if doc.name == "HISTORY.md":
+        elsewhere |= _in_history()
+    missing = sorted(p for p in named_paths(doc.read_text(encoding="utf-8"))
+                     if not _exists(p, elsewhere))
     assert not missing, f"{doc.relative_to(ROOT)} names paths the repository does not have: " \
                         f"{missing}"
