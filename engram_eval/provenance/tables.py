@@ -13,10 +13,11 @@ while a block differs from what it would write (:func:`stale`). Kinds:
 
 * ``fig ID [LABEL=]KEY ...``: one published result's figures, each KEY read from its file (a
   run: ``PROTOCOL:METRIC`` in its summary, ``PROTOCOL:n`` its denominator; any other JSON
-  file or a run's summary: a dotted path, ``summary.auroc``), with its role, data part
-  (name and sha256), commit and the command that reproduces it (``engram-eval reproduce
-  ID``). An archived entry is read from the commit the catalogue names, so archiving an
-  entry changes generated lines only.
+  file: a dotted path, ``summary.auroc``, ``candidates[name=@chosen].objective``; a paired
+  comparison's overall row: ``cmp:METRIC``, A -> B with the difference and its interval),
+  with its role (and the file's own held-out label), data part (name and sha256) and commit;
+  its id is what ``engram-eval reproduce ID`` takes. An archived entry is read from the
+  commit the catalogue's archive names, so archiving an entry changes generated lines only.
 * ``setting SCOPE FIELD ...``: the package defaults as the code holds them (``chat``,
   ``people``: the retrieval settings of each chat structure; ``production``: production
   search's), passed in by the caller (this layer imports no settings).
@@ -302,16 +303,18 @@ def command_head(entry: Mapping[str, Any]) -> str:
 
 def folded(ids: Iterable[str]) -> list[str]:
     """``ids`` with the files of one stem folded into a brace list (``a.json``, ``a.png`` ->
-    ``a.{json,png}``), in the order of each stem's first id."""
+    ``a.{json,png}``), in the order of each stem's first id; an id without an extension (a
+    run's) stays as it is."""
     stems: dict[str, list[str]] = {}
     for i in ids:
-        name = i.rsplit("/", 1)[-1]
         stem, dot, ext = i.rpartition(".")
-        key = stem if dot and "." in name and "/" not in ext else i
-        stems.setdefault(key, []).append(ext if key != i else "")
+        if not dot or "/" in ext:
+            stems.setdefault(f"\0{i}", [])
+            continue
+        stems.setdefault(stem, []).append(ext)
     out = []
     for stem, exts in stems.items():
-        out.append(stem if exts == [""] else f"{stem}.{exts[0]}" if len(exts) == 1
+        out.append(stem[1:] if not exts else f"{stem}.{exts[0]}" if len(exts) == 1
                    else f"{stem}.{{{','.join(exts)}}}")
     return out
 

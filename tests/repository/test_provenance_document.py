@@ -73,7 +73,8 @@ def _resolver(catalog: dict) -> tuple[set[str], set[str]]:
             parts = path.split("/")
             known.update("/".join(parts[:i]) for i in range(1, len(parts)))
             known.update("/".join(parts[1:i]) for i in range(2, len(parts)))
-    folders = {k.split("/", 1)[0] for k in known if "/" in k and not k.startswith("results/")}
+    folders = {e["id"].split("/", 1)[0] for e in [*catalog["entries"], *catalog.get("archive", [])]
+               if e["path"].startswith("results/") and "/" in e["id"]}
     return known, folders
 
 
