@@ -296,8 +296,10 @@ def command_head(entry: Mapping[str, Any]) -> str:
         package = words[0].replace("\\", "/").rsplit("/", 2)[-2] if "/" in words[0] else "?"
         return (f"engram-eval {words[1]}" if package == "engram_eval" and len(words) > 1
                 else f"python -m {package}")
-    if prog == "engram-eval" and len(words) > 1:
+    if (prog == "engram-eval" or words[0].endswith("engram_eval/cli/main.py")) and len(words) > 1:
         return f"engram-eval {words[1]}"
+    if prog.endswith(".py") and words and not words[0].startswith("/"):
+        return words[0]  # a script by its path in the checkout
     return prog
 
 
@@ -332,8 +334,9 @@ def render_files(src: Sources, args: list[str]) -> list[str]:
         sections = sorted({s for e in items for s in e.get("sections") or []},
                           key=lambda s: (len(s), s))
         where = ", ".join(f"[§{s}](#s{s})" for s in sections) or "no section"
-        out.append(f"- **`results/{folder}/`** ({where}; {len(items)} files)" if folder
-                   else f"- **`results/`** ({len(items)} files)")
+        count = f"{len(items)} file{'s' if len(items) != 1 else ''}"
+        out.append(f"- **`results/{folder}/`** ({where}; {count})" if folder
+                   else f"- **`results/`** ({count})")
         groups: dict[tuple[str, str, str], list[str]] = {}
         for e in items:
             key = (str(e.get("role")), command_head(e), str(e.get("commit") or "uncommitted"))
