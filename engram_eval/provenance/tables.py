@@ -45,7 +45,7 @@ BEGIN = "<!-- generated: "
 CLOSE = " -->"
 END = "<!-- end generated -->"
 #: Width generated prose is wrapped at (the documents' limit is 200 characters a line).
-WIDTH = 130
+WIDTH = 160
 FILES_WIDTH = 196
 
 
@@ -310,7 +310,7 @@ def folded(ids: Iterable[str]) -> list[str]:
     stems: dict[str, list[str]] = {}
     for i in ids:
         stem, dot, ext = i.rpartition(".")
-        if not dot or "/" in ext:
+        if not dot or not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", ext):  # a0.5 is no extension
             stems.setdefault(f"\0{i}", [])
             continue
         stems.setdefault(stem, []).append(ext)

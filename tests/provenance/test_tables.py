@@ -149,5 +149,6 @@ def test_values_are_read_by_path() -> None:
     with pytest.raises(ConfigError, match=r"f: no field 'answerable:mrr'"):
         T._value(doc, "answerable:mrr", "f")
     assert T.fmt(0.123456) == "0.1235" and T.fmt(True) == "true" and T.fmt(7) == "7"
-    assert T.folded(["d/a.json", "d/a.png", "d/b", "d/c.frozen.json", "d/b.yaml"]) == [
-        "d/a.{json,png}", "d/b", "d/c.frozen.json", "d/b.yaml"]
+    assert T.folded(["d/a.json", "d/a.png", "d/b", "d/c.frozen.json", "d/b.yaml", "d/f_a0.5",
+                     "d/f_a0.6"]) == ["d/a.{json,png}", "d/b", "d/c.frozen.json", "d/b.yaml",
+                                      "d/f_a0.5", "d/f_a0.6"]
