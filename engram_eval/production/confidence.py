@@ -322,12 +322,15 @@ def _effective(settings: dict[str, Any]) -> dict[str, Any]:
     (model, backend, unit, blend...), the gate's ``rerank_confidence`` and a people override
     that keeps the rerank off. A calibration fitted before the rerank stage became the
     default therefore still matches the same settings with ``rerank`` false, whatever the
-    rerank defaults are now."""
+    rerank defaults are now. Likewise ``embedding_batch_isolated`` where no encoder is int8
+    (an fp32 or bf16 vector does not depend on its batch)."""
     from dataclasses import fields as dc_fields
 
     from engram_eval.retrieval.settings import RetrievalSettings
 
     people = dict(settings.get("people_overrides") or {})
+    if "int8" not in (settings.get("embedding_precision"), people.get("embedding_precision")):
+        settings = {k: v for k, v in settings.items() if k != "embedding_batch_isolated"}
     if settings.get("rerank") or people.get("rerank"):
         return settings
     rerank_fields = {f.name for f in dc_fields(RetrievalSettings)

@@ -102,6 +102,9 @@ RECORD_LEGACY: dict[str, Any] = {
     "people_overrides": {"normalisation": "zscore", "temporal": False,
                          "weight_bm25_user": 1.0, "rerank": False}}
 
+#: (``embedding_batch_isolated`` is absent: every production record encodes in fp32, whose
+#: vectors do not depend on their batch, so the field cannot act on them.)
+
 #: (``result_order`` 'confidence': every record made before issue 45 -- the published
 #: production runs and measurements, the calibrations' settings files -- returned the accepted
 #: candidates most confident first.)

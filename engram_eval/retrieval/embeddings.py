@@ -156,9 +156,13 @@ class OnnxEmbedder(_LocalEmbedder):
     backend = "onnx"
 
     def __init__(self, ref: ModelRef, precision: str = "fp32", batch_size: int = 64,
-                 source: ModelRef | None = None, threads: int = 0) -> None:
+                 source: ModelRef | None = None, threads: int = 0,
+                 isolated: bool = False) -> None:
         super().__init__(ref, precision, batch_size)
         self.source = source
+        # int8 graphs quantise activations per call: one text per call makes its vector
+        # independent of the texts beside it (``embedding_batch_isolated``)
+        self.isolated = isolated and precision == "int8"
         self.threads = threads
         self._tok: Any = None
         self._info: dict[str, Any] = {}
@@ -199,7 +203,8 @@ class OnnxEmbedder(_LocalEmbedder):
         names = {i.name for i in session.get_inputs()}
         enc = self._tok.encode_batch([str(t).strip() for t in texts])
         out = np.zeros((len(enc), dim), dtype=np.float32)
-        for idx, feeds, mask in padded_batches(enc, self.batch_size, names):
+        size = 1 if self.isolated else self.batch_size
+        for idx, feeds, mask in padded_batches(enc, size, names):
             hidden = session.run(["last_hidden_state"], feeds)[0]
             out[idx] = _pool(hidden, mask, self._info["pooling"])
         return _normalise(out)
@@ -237,10 +242,11 @@ def _pool(hidden: np.ndarray, mask: np.ndarray, method: str) -> np.ndarray:
 
 
 def make_embedder(backend: str, ref: ModelRef, precision: str, batch_size: int,
-                  onnx_ref: ModelRef | None = None) -> Embedder:
+                  onnx_ref: ModelRef | None = None, isolated: bool = False) -> Embedder:
     """The embedder of ``backend``; for ``onnx``, ``onnx_ref`` is the exported model
     (:func:`engram_eval.retrieval.onnx_export.prepare_embedding_backend`), exported on the
-    spot when not given."""
+    spot when not given. ``isolated``: an int8 graph encodes one text per call
+    (``embedding_batch_isolated``)."""
     if precision == "int8" and backend != "onnx":
         from engram_eval.errors import ConfigError
 
@@ -257,7 +263,7 @@ def make_embedder(backend: str, ref: ModelRef, precision: str, batch_size: int,
             onnx_ref = ref  # a shipped encoder: already the graph (checked by its card)
         if onnx_ref is None:
             onnx_ref = export_onnx(ref, precision)
-        return OnnxEmbedder(onnx_ref, precision, batch_size, source=ref)
+        return OnnxEmbedder(onnx_ref, precision, batch_size, source=ref, isolated=isolated)
     raise ValueError(f"unknown embedding backend {backend!r}")
 
 
@@ -273,8 +279,10 @@ class CachedEncoder:
                  backend: str = "") -> None:
         self.embedder = embedder
         self.cache = cache
-        self._prefix = (embedder.ref.sha256, embedder.precision, backend or "",
-                        library_versions(backend or "sentence_transformers"))
+        self._prefix: tuple[str, ...] = (embedder.ref.sha256, embedder.precision, backend or "",
+                                         library_versions(backend or "sentence_transformers"))
+        if getattr(embedder, "isolated", False):  # other vectors than a batched int8 graph's
+            self._prefix += ("isolated",)
         self._memory: dict[str, np.ndarray] = {}
         self._dim: int | None = None  # the model's, once it has encoded something
         self.n_model = 0

@@ -148,7 +148,8 @@ class ModelHolder:
             from engram_eval.retrieval.embeddings import CachedEncoder, make_embedder
 
             emb = make_embedder(d.backend, d.ref, d.precision, self.settings.batch_size,
-                                onnx_ref=d.onnx_ref)
+                                onnx_ref=d.onnx_ref,
+                                isolated=self.settings.embedding_batch_isolated)
             d.encoder = CachedEncoder(emb, self.vector_cache(), d.backend)
         return d.encoder
 

@@ -99,7 +99,8 @@ LEGACY_VALUES: dict[str, Any] = {"people_overrides": {}, "rerank_unit": "passage
                                  "reranker_precision": "fp32", "lexical_tokenizer": "word",
                                  "lexical_stemmer": "none", "lexical_stopwords": "none",
                                  "lexical_speaker": "none", "bm25_turn_top_m": 1,
-                                 "dense_turn_top_m": 1, "rerank_prior": "rank"}
+                                 "dense_turn_top_m": 1, "rerank_prior": "rank",
+                                 "embedding_batch_isolated": False}
 
 
 def recorded_values(meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -194,6 +195,11 @@ class RetrievalSettings:
                               "or local path", group="dense")
     embedding_precision: str = _f("fp32", "embedding inference precision", group="dense",
                                   choices=("fp32", "bf16", "int8"))
+    embedding_batch_isolated: bool = _f(
+        True, "encode each text in an ONNX call of its own where the precision is int8: a "
+        "dynamically quantised graph scales activations per call, so a batched text's vector "
+        "depends on the texts beside it (off reproduces runs made before this field)",
+        group="dense")
     dense_piece_words: int = _f(128, "user text is embedded in pieces of at most this many "
                                 "words (each user turn, long turns split into windows); no "
                                 "truncation", group="dense", lo=8, hi=512)

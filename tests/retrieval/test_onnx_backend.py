@@ -143,3 +143,36 @@ def test_hybrid_onnx_records_export_and_ranks_like_torch(src, tiny_embedding_mod
     a, b = rankings["sentence_transformers"], rankings["onnx"]
     assert a.session_ids == b.session_ids
     np.testing.assert_allclose(a.scores, b.scores, atol=1e-4)
+
+
+LONG = " ".join(DOCS * 3)  # a longer text: its batch pads the short ones and shifts the int8 scale
+
+
+def test_int8_vector_depends_on_its_batch_unless_isolated(src, cache_root: Path) -> None:  # type: ignore[no-untyped-def]
+    """A dynamically quantised graph scales activations per call, so a text encoded beside a
+    longer one gets another vector (the defect of PROVENANCE §22); ``isolated`` encodes one
+    text per call and gives the text's own vector whatever its companions."""
+    from engram_eval.retrieval.embeddings import CachedEncoder
+
+    ref = ox.export_onnx(src, "int8", cache_root)
+    batched = make_embedder("onnx", src, "int8", 4, onnx_ref=ref)
+    alone = batched.encode([DOCS[0]])[0]
+    beside = batched.encode([DOCS[0], LONG])[0]
+    assert not np.array_equal(alone, beside)
+    iso = make_embedder("onnx", src, "int8", 4, onnx_ref=ref, isolated=True)
+    assert np.array_equal(iso.encode([DOCS[0]])[0], iso.encode([DOCS[0], LONG])[0])
+    assert np.array_equal(iso.encode([DOCS[0]])[0], alone)  # alone, a batch of one either way
+    # the isolated vectors are cached under their own keys; fp32 ignores the flag
+    assert CachedEncoder(iso, None, "onnx").key("x") != CachedEncoder(batched, None, "onnx").key("x")
+    fp = make_embedder("onnx", src, "fp32", 4, onnx_ref=ox.export_onnx(src, "fp32", cache_root),
+                       isolated=True)
+    assert not fp.isolated  # type: ignore[attr-defined]
+
+
+def test_batch_isolation_is_recorded_and_legacy_runs_keep_batches() -> None:
+    from engram_eval.retrieval.settings import RetrievalSettings, describe_settings, recorded_values
+
+    assert RetrievalSettings().embedding_batch_isolated is True
+    assert describe_settings(RetrievalSettings())["dense"]["embedding_batch_isolated"] is True
+    assert recorded_values({"config": {"embedding_precision": "int8"}})[
+        "embedding_batch_isolated"] is False
