@@ -194,6 +194,12 @@ def add_catalog(sub: Any) -> None:
                       "a target per planned entry, its inputs as prerequisites, its recipe "
                       "engram-eval publish ID")
 
+    mode.add_argument("--tables", action="store_true",
+                      help="rewrite PROVENANCE.md's generated blocks (the defaults, each "
+                      "section's figures, the tables of published files) from the catalogue, "
+                      "the published files and the package defaults; --write and --archive "
+                      "rewrite them too, and --check fails while one is stale")
+
 
 def default_models() -> list[str]:
     """The shipped models the current defaults name: the pipeline's reranker and encoders
@@ -208,6 +214,37 @@ def default_models() -> list[str]:
              ProductionSettings().reranker_model]
     known = set(shipped_models())
     return sorted({n for n in names if n in known})
+
+
+def table_sources(root: Any, catalog: Any) -> Any:
+    """What PROVENANCE.md's generated blocks read: the checkout, its catalogue, and the
+    package defaults as the code holds them (chat and people retrieval settings, production
+    search's)."""
+    from dataclasses import asdict
+
+    from engram_eval.production.settings import DEFAULT_CALIBRATION, ProductionSettings
+    from engram_eval.provenance.tables import Sources
+    from engram_eval.retrieval.settings import RetrievalSettings
+
+    chat = RetrievalSettings()
+    production = {**asdict(ProductionSettings()), "default_calibration": DEFAULT_CALIBRATION}
+    return Sources(root, catalog, {"chat": asdict(chat.for_chat_roles(True)),
+                                   "people": asdict(chat.for_chat_roles(False)),
+                                   "production": production})
+
+
+def _rewrite_tables(root: Any, catalog: Any) -> None:
+    from engram_eval.io import atomic_write
+    from engram_eval.provenance import tables as T
+
+    doc = root / T.DOCUMENT
+    if not doc.is_file():
+        return
+    text = doc.read_text(encoding="utf-8")
+    new = T.rewrite(text, table_sources(root, catalog), str(doc))
+    if new != text:
+        atomic_write(doc, new)
+        print(f"wrote {doc}: {len(T.blocks(new))} generated blocks")
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
@@ -233,6 +270,7 @@ def cmd_catalog(args: argparse.Namespace) -> int:
         atomic_write(path, C.dump(cat))
         print(f"wrote {path}: {len(cat['entries'])} entries, {len(cat['archive'])} archived, "
               f"{len(cat['planned'])} planned")
+        _rewrite_tables(root, C.load(path))
         return 0
     if args.makefile:
         if not path.is_file():
@@ -244,10 +282,18 @@ def cmd_catalog(args: argparse.Namespace) -> int:
         return 0
     if not path.is_file():
         raise EngramEvalError(f"{path}: no catalogue (write it with engram-eval catalog --write)")
+    if args.tables:
+        _rewrite_tables(root, C.load(path))
+        return 0
     cat = C.load(path)
     problems = C.check(root, cat)
     if R.applies(root):  # the repository the retention rule's claims are about
         problems += R.problems(root, cat, default_models())
+    doc = root / "PROVENANCE.md"
+    if doc.is_file():
+        from engram_eval.provenance import tables as T
+
+        problems += T.stale(doc.read_text(encoding="utf-8"), table_sources(root, cat), str(doc))
     for line in problems:
         print(f"[FAIL] {line}")
     print("catalogue agrees with the tree" if not problems else
@@ -272,6 +318,7 @@ def _retain(root: Any, path: Any, apply: bool) -> int:
         return 0
     cat = R.apply(root, cat, plan)
     atomic_write(path, C.dump(cat))
+    _rewrite_tables(root, cat)
     print(f"wrote {path}: {len(cat['entries'])} entries, {len(cat['archive'])} archived; "
           f"the index of archived models {R.ARCHIVED_MODELS} (commit the removal and both "
           "files next)")
@@ -362,6 +409,12 @@ def cmd_publish(args: argparse.Namespace) -> int:
         raise EngramEvalError("publish: --rerun must be at least 1")
     publish(args.root, args.entries, data=args.data, rerun=args.rerun,
             allow_changed_sources=args.allow_changed_sources)
+    from pathlib import Path
+
+    from engram_eval.provenance import catalog as C
+
+    root = Path(args.root)  # PROVENANCE.md's generated blocks follow the new entries
+    _rewrite_tables(root, C.load(root / C.CATALOG))
     return 0
 
 

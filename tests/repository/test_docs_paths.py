@@ -1,6 +1,8 @@
-"""Every repository path the documents name exists: README.md, PROVENANCE.md and any
-results/**/README.md (fast; reads text only). A file the retention rule archived exists in git
-history, at the commit the catalogue's archive names, and counts as existing.
+"""Every repository path the documents name exists: README.md, PROVENANCE.md, HISTORY.md and
+any results/**/README.md (fast; reads text only). A published file that left the tree resolves
+through the catalogue's archive (``results/catalog.yaml``: the commit that holds it), and
+HISTORY.md, which tells how every result was made, may also name a file that git history holds
+(a script of its time, since replaced).
 
 A *repository path* is a word inside backticks (inline code or a fenced block) whose first
 segment is a top-level entry of the repository (``engram_eval/...``, ``scripts/...``,
@@ -19,6 +21,7 @@ segment is a top-level entry of the repository (``engram_eval/...``, ``scripts/.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from pathlib import Path
@@ -26,7 +29,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = sorted([ROOT / "README.md", ROOT / "PROVENANCE.md",
+DOCS = sorted([ROOT / "README.md", ROOT / "PROVENANCE.md", ROOT / "HISTORY.md",
                *(ROOT / "results").rglob("README.md")])
 TOP = {p.name for p in ROOT.iterdir() if not p.name.startswith(".")} - {"__pycache__"}
 
@@ -43,7 +46,8 @@ def _placeholder(path: str) -> bool:
         return True
     stems = [s.split(".")[0] for s in path.split("/") if s]
     return any(len(s) == 1 for s in stems) or (
-        any(_CAPS.fullmatch(s) for s in stems) and not _exists(path))
+        any(_CAPS.fullmatch(s) for s in stems) and not (ROOT / path).exists()
+        and path not in _archived())
 
 
 def _expand(word: str) -> list[str]:
@@ -73,31 +77,41 @@ def named_paths(text: str) -> set[str]:
     return out
 
 
+@functools.cache
 def _archived() -> set[str]:
-    """The paths the catalogue's archive holds in git history (issue 46's retention rule):
-    each archived file with its companions, an archived model's directory and files, and the
-    folders above them."""
+    """Every path the catalogue's archive holds in git history: the files, their companions,
+    an archived model's directory and files, and the folders above them."""
     from engram_eval.provenance import catalog as C
 
     out: set[str] = set()
     for a in C.load(ROOT / C.CATALOG).get("archive", []):
         paths = [a["path"], *C.companions(a["path"])]
         if a.get("type") == "model":
-            folder = Path(a["path"]).parent
-            paths += [(folder / f).as_posix() for f in a.get("files") or {}]
-        for q in paths:
-            out.add(q)
-            out.update(p.as_posix() for p in Path(q).parents if p.as_posix() != ".")
+            folder = a["path"].rpartition("/")[0]
+            paths += [f"{folder}/{f}" for f in a.get("files") or {}]
+        for path in paths:
+            out.add(path)
+            parts = path.split("/")
+            out.update("/".join(parts[:i]) for i in range(1, len(parts)))
     return out
 
 
-ARCHIVED = _archived()
+def _in_history() -> set[str]:
+    """Every path git history has held (one ``git log``); empty without history."""
+    import subprocess
+
+    done = subprocess.run(["git", "-C", str(ROOT), "log", "--all", "--format=", "--name-only"],
+                          capture_output=True, text=True, check=False)
+    out: set[str] = set()
+    for path in done.stdout.splitlines() if done.returncode == 0 else []:
+        parts = path.split("/")
+        out.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return out
 
 
-def _exists(path: str) -> bool:
-    """In the tree, or archived (the catalogue names the commit that holds it)."""
+def _exists(path: str, elsewhere: set[str] | None = None) -> bool:
     p = ROOT / path
-    if p.exists() or path.rstrip("/") in ARCHIVED:
+    if p.exists() or path.rstrip("/") in (elsewhere or set()):
         return True
     head, _, attr = path.rpartition(".")  # tests/tiny_models.build_cross_encoder
     return bool(head) and attr.isidentifier() and (ROOT / f"{head}.py").is_file()
@@ -118,6 +132,17 @@ def test_the_rule_reads_paths_and_skips_patterns_and_external_paths() -> None:
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_repository_path_a_document_names_exists(doc: Path) -> None:
-    missing = sorted(p for p in named_paths(doc.read_text(encoding="utf-8")) if not _exists(p))
+    """HISTORY.md, and the generated blocks of PROVENANCE.md (the commands the catalogue
+    records), may name what git history holds; the rest must be in the tree or archived."""
+    from engram_eval.provenance import tables as T
+
+    text = doc.read_text(encoding="utf-8")
+    archived, history = set(_archived()), _in_history()
+    written = "\n".join(line for _, line in T.outside_blocks(text))
+    generated = "\n".join(line for b in T.blocks(text) for line in b.body)
+    if doc.name == "HISTORY.md":
+        written, generated = "", text
+    missing = sorted({p for p in named_paths(written) if not _exists(p, archived)}
+                     | {p for p in named_paths(generated) if not _exists(p, archived | history)})
     assert not missing, f"{doc.relative_to(ROOT)} names paths the repository does not have: " \
                         f"{missing}"

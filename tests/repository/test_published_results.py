@@ -1,6 +1,7 @@
 """Every published run in results/ (discovered: every ``*.jsonl`` / ``*.jsonl.gz``, plain
 or compressed by ``engram-eval compress``) has its sidecar and summary, is listed in
-PROVENANCE.md, passes ``verify`` (metrics recomputed from rows, fingerprint, schema, row
+the catalogue (``results/catalog.yaml``, whose folders each have their PROVENANCE.md section),
+passes ``verify`` (metrics recomputed from rows, fingerprint, schema, row
 set, summary) and publishes rankings whose scores never increase; every other file in
 results/ carries a provenance sidecar or is an exempt document (PROVENANCE.md, README*.md).
 
@@ -37,8 +38,14 @@ RESULTS_DIR = ROOT / "results"
 RESULTS = discover_runs(RESULTS_DIR)
 
 
-def _provenance_text() -> str:
-    return (ROOT / "PROVENANCE.md").read_text(encoding="utf-8")
+def _catalogued() -> dict[str, list[str]]:
+    """``results/``-relative path -> the PROVENANCE.md sections of its catalogue entry: the
+    catalogue is what lists every published file (PROVENANCE.md's tables are generated from
+    it, and each folder has its section there)."""
+    from engram_eval.provenance import catalog as C
+
+    cat = C.load(ROOT / C.CATALOG)
+    return {e["path"]: list(e.get("sections") or []) for e in cat["entries"]}
 
 
 def test_results_directory_holds_published_runs() -> None:
@@ -49,7 +56,9 @@ def test_results_directory_holds_published_runs() -> None:
 def test_published_run_has_sidecar_and_is_documented(result: Path) -> None:
     check_run_files(result)
     rel = result.relative_to(ROOT).as_posix()
-    assert rel in _provenance_text(), f"{rel} is not listed in PROVENANCE.md"
+    listed = _catalogued()
+    assert rel in listed, f"{rel} is not listed in results/catalog.yaml"
+    assert listed[rel], f"{rel}: its folder has no section in PROVENANCE.md's contents table"
 
 
 @pytest.mark.parametrize("result", RESULTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())
@@ -189,12 +198,13 @@ def test_published_scores_never_increase_down_a_ranking(result: Path) -> None:
 def test_every_file_in_results_carries_provenance() -> None:
     """Runs have sidecar + summary; every derived file (tables, analyses, figures) has a
     ``<file>.metadata.json`` whose recorded sha256 matches the file and whose inputs match,
-    and is named in PROVENANCE.md; documents (PROVENANCE.md, README*.md) are exempt."""
+    and is listed in the catalogue under a folder that has its PROVENANCE.md section;
+    documents (PROVENANCE.md, README*.md) are exempt."""
     derived = check_every_file_carries_provenance(RESULTS_DIR)
-    text = _provenance_text()
+    listed = _catalogued()
     undocumented = [p.relative_to(ROOT).as_posix() for p in derived
-                    if p.relative_to(ROOT).as_posix() not in text and p.name not in text]
-    assert not undocumented, f"not named in PROVENANCE.md: {undocumented}"
+                    if not listed.get(p.relative_to(ROOT).as_posix())]
+    assert not undocumented, f"not catalogued with a PROVENANCE.md section: {undocumented}"
 
 
 # --------------------------------------------------------------------------- context exports
