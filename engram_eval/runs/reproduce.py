@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engram_eval.data._jsonio import read_json_document
 from engram_eval.errors import ConfigError
 from engram_eval.io import atomic_write, sha256_file
 from engram_eval.provenance import catalog as C
@@ -364,10 +365,20 @@ def _data_arg(arg: str, tree: Path, entry: Mapping[str, Any],
 BATCH_DEPENDENT_ENCODER = "engram-minilm-conv-v1"
 
 
+def batch_defect_applies(meta: Mapping[str, Any]) -> bool:
+    """Whether a run (its sidecar ``meta``) may fail a re-execution for the known batch defect
+    alone: it used :data:`BATCH_DEPENDENT_ENCODER` and encoded in batches (made before
+    ``embedding_batch_isolated``, or with it off). An isolated run has no such excuse."""
+    from engram_eval.retrieval.settings import recorded_values
+
+    used = any(m.get("name") == BATCH_DEPENDENT_ENCODER for m in meta.get("models") or [])
+    return used and not recorded_values(meta).get("embedding_batch_isolated", False)
+
+
 @dataclass(frozen=True)
 class KeptOutcome:
     """``reproduce --kept``: each kept run's outcome, by id; ``known_defect`` the failed ones
-    that used :data:`BATCH_DEPENDENT_ENCODER`; ``skipped`` those that cannot re-execute on
+    that used :data:`BATCH_DEPENDENT_ENCODER` in batches (:func:`batch_defect_applies`); ``skipped`` those that cannot re-execute on
     this machine (a model trained by a publish step and never committed), with the reason;
     ``errors`` those that could not start (data absent, ...), with the reason."""
 
@@ -447,8 +458,9 @@ def reproduce_kept(root: str | Path, *, data: Sequence[str | Path] = (), here: b
             echo(f"   not run: {err}")
             continue
         outcomes[e["id"]] = out
-        models = {m.get("name") for m in (e.get("inputs") or {}).get("models") or []}
-        if not out.ok and BATCH_DEPENDENT_ENCODER in models:
+        sidecar = Path(root) / f"{e['path']}.metadata.json"
+        if not out.ok and sidecar.is_file() and batch_defect_applies(
+                read_json_document(sidecar)):
             defect.append(e["id"])
         for line in out.lines:
             echo(f"   {line}")

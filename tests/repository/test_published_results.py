@@ -31,7 +31,7 @@ from published_checks import (
 from real_data import data_dir
 
 from engram_eval.io import sha256_file
-from engram_eval.retrieval.settings import recorded_values
+from engram_eval.runs.reproduce import BATCH_DEPENDENT_ENCODER, batch_defect_applies
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "results"
@@ -165,8 +165,7 @@ def test_published_run_reexecutes(result: Path, split_parts: dict[str, Path]) ->
         check_verifies(result, dataset, publishing_commit(result), RERUN_QUESTIONS,
                        gold_overlay=_overlay_of(result))
     except AssertionError:
-        if (any(m.get("name") == BATCH_DEPENDENT_ENCODER for m in meta["models"])
-                and not recorded_values(meta)["embedding_batch_isolated"]):
+        if batch_defect_applies(meta):
             pytest.xfail(f"known defect (PROVENANCE.md section 22, 'Known defect'): "
                          f"{BATCH_DEPENDENT_ENCODER}'s int8 vectors depend on their batch, so "
                          "a re-execution can swap sessions deep in a ranking")
@@ -181,13 +180,6 @@ def _archived_model_of(result: Path) -> str | None:
     meta = json.loads(Path(str(result) + ".metadata.json").read_text())
     names = [str(m.get("name") or "") for m in meta["models"]]
     return next((n for n in names if n and "/" not in n and archived_model(n)), None)
-
-
-#: The shipped encoder whose dynamically quantised graph makes a text's vector depend on the
-#: other texts of its batch (PROVENANCE.md section 22, "Known defect"): a run that used it
-#: before ``embedding_batch_isolated`` (recorded False: encoded in batches) may fail a rerun
-#: on a sampled question; every other failure, an isolated run's included, still fails.
-BATCH_DEPENDENT_ENCODER = "engram-minilm-conv-v1"
 
 
 @pytest.mark.parametrize("result", RESULTS, ids=lambda p: p.relative_to(RESULTS_DIR).as_posix())

@@ -228,3 +228,16 @@ def test_two_archived_entries_reproduce_from_git_history_by_id() -> None:
     assert "equals the published one" in at_commit.lines[-1]
     here = reproduce(ROOT, ARCHIVED[1], here=True)
     assert here.ok, here.lines
+
+
+def test_the_batch_defect_excuses_only_a_batched_run_of_the_int8_encoder() -> None:
+    """A run that used the int8 people's encoder in batches (made before
+    ``embedding_batch_isolated``: its sidecar lacks the field) may fail a re-execution for the
+    known defect; an isolated run, or one with another encoder, never is excused."""
+    from engram_eval.runs.reproduce import BATCH_DEPENDENT_ENCODER, batch_defect_applies
+
+    used = {"models": [{"name": BATCH_DEPENDENT_ENCODER, "role": "embedding"}]}
+    assert batch_defect_applies({**used, "config": {}})
+    assert batch_defect_applies({**used, "config": {"embedding_batch_isolated": False}})
+    assert not batch_defect_applies({**used, "config": {"embedding_batch_isolated": True}})
+    assert not batch_defect_applies({"models": [{"name": "all-MiniLM-L6-v2"}], "config": {}})
