@@ -193,7 +193,6 @@ def add_catalog(sub: Any) -> None:
                       "the checkout's Makefile includes and remakes when the catalogue is newer): "
                       "a target per planned entry, its inputs as prerequisites, its recipe "
                       "engram-eval publish ID")
-
     mode.add_argument("--tables", action="store_true",
                       help="rewrite PROVENANCE.md's generated blocks (the defaults, each "
                       "section's figures, the tables of published files) from the catalogue, "
