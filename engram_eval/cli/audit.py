@@ -269,22 +269,19 @@ def cmd_catalog(args: argparse.Namespace) -> int:
         atomic_write(path, C.dump(cat))
         print(f"wrote {path}: {len(cat['entries'])} entries, {len(cat['archive'])} archived, "
               f"{len(cat['planned'])} planned")
-        _rewrite_tables(root, C.load(path))
-        return 0
-    if args.makefile:
-        if not path.is_file():
-            raise EngramEvalError(f"{path}: no catalogue (write it with engram-eval catalog "
-                                  "--write)")
-        (root / MAKEFILE).parent.mkdir(exist_ok=True)
-        atomic_write(root / MAKEFILE, makefile(C.load(path)))
-        print(f"wrote {root / MAKEFILE}")
+        _rewrite_tables(root, cat)  # the catalogue just written (as it reads back)
         return 0
     if not path.is_file():
         raise EngramEvalError(f"{path}: no catalogue (write it with engram-eval catalog --write)")
-    if args.tables:
-        _rewrite_tables(root, C.load(path))
-        return 0
     cat = C.load(path)
+    if args.makefile:
+        (root / MAKEFILE).parent.mkdir(exist_ok=True)
+        atomic_write(root / MAKEFILE, makefile(cat))
+        print(f"wrote {root / MAKEFILE}")
+        return 0
+    if args.tables:
+        _rewrite_tables(root, cat)
+        return 0
     problems = C.check(root, cat)
     if R.applies(root):  # the repository the retention rule's claims are about
         problems += R.problems(root, cat, default_models())
