@@ -14,7 +14,9 @@ PROVENANCE.md record, runs this module with the same arguments.)
 Each candidate is the same settings run once per fold (``run --shard I/K``); a reranked fold
 run must use a reranker whose card (``MODEL.card.json``, written by ``train-reranker``) says it
 was trained on the same part with exactly that shard left out (``--exclude-shard I/K``), so
-every question is scored by a model that never saw it. A reranker trained on other parts only
+every question is scored by a model that never saw it. Folds by conversation (LoCoMo) are
+runs of one fold's questions (``question_ids`` in the run's config) scored by a reranker
+trained with ``--exclude-fold I/K``: every question of the run must fall in fold I. A reranker trained on other parts only
 (say, another dataset's tune part) may score a whole part or any shard of it, when its card's
 ``trained_question_ids`` share no id with the run. The folds of one candidate must be
 disjoint, and every candidate must cover the same questions. A candidate's score is the mean
@@ -63,6 +65,34 @@ def reranker_card_path(reranker_model: str) -> Path:
     return Path(str(reranker_model) + ".card.json")
 
 
+def _training_card(reranker_model: str, run: FinishedRun) -> tuple[dict[str, Any], Path]:
+    """The training card of a run's reranker: ``MODEL.card.json`` beside a trained model, or
+    for a model the package ships by name, the ``training_card`` its settings card carries."""
+    card_path = reranker_card_path(reranker_model)
+    if card_path.is_file():
+        return json.loads(card_path.read_text(encoding="utf-8")), card_path
+    from engram_eval.retrieval.models import CARD_FILE, SHIPPED_ROOT, shipped_models
+
+    if reranker_model in shipped_models():
+        shipped = SHIPPED_ROOT / reranker_model / CARD_FILE
+        training = json.loads(shipped.read_text(encoding="utf-8")).get("training_card")
+        if isinstance(training, dict):
+            return training, shipped
+    raise ProvenanceError(f"{run.path}: its reranker {reranker_model} has no card "
+                          f"({card_path}); cannot prove it never saw this fold")
+
+
+def reranks(run: FinishedRun) -> bool:
+    """Whether the run reranked any of its questions: its chats when ``rerank`` is on, its
+    people's chats when ``people_overrides`` switch it on (each question's haystack structure
+    read from its trace, ``chat_roles``; a row without one counts as either)."""
+    cfg = run.metadata["config"]
+    roles = {((r.get("trace") or {}).get("question") or {}).get("chat_roles") for r in run.rows}
+    chats = bool(cfg.get("rerank")) and bool(roles & {True, None})
+    people = bool((cfg.get("people_overrides") or {}).get("rerank", cfg.get("rerank")))
+    return chats or (people and bool(roles & {False, None}))
+
+
 def fold_check(run: FinishedRun) -> dict[str, Any]:
     """The fold of ``run`` (its shard, '' for a whole part) and, for a reranked run, proof
     that its reranker never trained on the run's questions: either it was trained on the same
@@ -71,16 +101,26 @@ def fold_check(run: FinishedRun) -> dict[str, Any]:
     cfg = run.metadata["config"]
     sh = run.metadata["selection"].get("shard")
     shard = f"{sh['index']}/{sh['count']}" if sh else ""
+    reranked = reranks(run)
     out: dict[str, Any] = {"file": str(run.path), "shard": shard, "n": len(run.rows),
-                           "fingerprint": run.fingerprint, "rerank": bool(cfg.get("rerank"))}
-    if cfg.get("rerank"):
-        card_path = reranker_card_path(cfg["reranker_model"])
-        if not card_path.is_file():
-            raise ProvenanceError(f"{run.path}: its reranker {cfg['reranker_model']} has no "
-                                  f"card ({card_path}); cannot prove it never saw this fold")
-        card = json.loads(card_path.read_text(encoding="utf-8"))
+                           "fingerprint": run.fingerprint, "rerank": reranked}
+    if reranked:
+        card, card_path = _training_card(cfg["reranker_model"], run)
         parts = card.get("parts") or [card["part"]]
-        if any(p["sha256"] == run.dataset_sha256 for p in parts):
+        unit_fold = card["settings"].get("exclude_fold") or ""
+        if any(p["sha256"] == run.dataset_sha256 for p in parts) and unit_fold:
+            from engram_eval.analysis.train_encoder import in_fold, parse_fold
+
+            fold = parse_fold(unit_fold)
+            outside = [r["question_id"] for r in run.rows if not in_fold(r["question_id"], fold)]
+            if outside:
+                raise ProvenanceError(
+                    f"{run.path}: {len(outside)} of its questions (first {outside[0]!r}) are "
+                    f"outside fold {unit_fold}, the only one its reranker left out; it may "
+                    "have seen them")
+            out["fold"] = unit_fold
+            out["unseen_by"] = "the same part with this fold's conversations left out"
+        elif any(p["sha256"] == run.dataset_sha256 for p in parts):
             if not shard:
                 raise ProvenanceError(f"{run.path}: not a fold run (no --shard in its config) "
                                       "but its reranker was trained on this part")

@@ -83,6 +83,11 @@ class TrainSettings:
     #: "I/N": leave out the questions ``run --shard I/N`` selects (k-fold: the reranker of
     #: fold I never sees the questions its fold is then scored on); "" trains on the whole part
     exclude_shard: str = ""
+    #: "I/N": leave out the questions whose fold unit falls in fold I of N, the unit being the
+    #: id's part before ':' (a LoCoMo conversation: the reranker of fold I never sees a
+    #: conversation its fold is then scored on; LongMemEval: the question, as ``exclude_shard``);
+    #: the rule of ``train-encoder --exclude-fold``. At most one of the two is given
+    exclude_fold: str = ""
     #: at most this many questions of each part give pairs (0: all), chosen by the order of
     #: sha256("seed:question_id") (deterministic, independent of file order)
     max_questions: int = 0
@@ -101,6 +106,15 @@ class TrainSettings:
             except (ValueError, ConfigError) as e:
                 raise ConfigError(f"train-reranker: exclude_shard={self.exclude_shard!r}: "
                                   f"{e}") from None
+        if self.exclude_fold:
+            from engram_eval.analysis.train_encoder import parse_fold
+
+            try:
+                parse_fold(self.exclude_fold)
+            except ConfigError as e:
+                raise ConfigError(str(e).replace("train-encoder", "train-reranker")) from None
+            if self.exclude_shard:
+                raise ConfigError("train-reranker: give exclude_shard or exclude_fold, not both")
         checks = [("max_length", 16 <= self.max_length <= 8192),
                   ("hard_negatives", 0 <= self.hard_negatives <= 1000),
                   ("negative_depth", 1 <= self.negative_depth <= 100000),
@@ -317,6 +331,11 @@ def _part_pairs(part_p: Path, run: str | Path, s: TrainSettings
         fold = parse_shard(s.exclude_shard)
         assert fold is not None
         leave_out = lambda qid: shard_of(qid, fold[1]) == fold[0]  # noqa: E731
+    elif s.exclude_fold:
+        from engram_eval.analysis.train_encoder import in_fold, parse_fold
+
+        unit_fold = parse_fold(s.exclude_fold)
+        leave_out = lambda qid: in_fold(qid, unit_fold)  # noqa: E731
     tp = training_part(part_p, run, "a reranker is trained on a tuning part only", leave_out)
     questions = _capped(tp.questions, s)
     pairs, counts = build_pairs(questions, tp.rankings, s)
@@ -400,7 +419,9 @@ def train(part: str | Path, run: str | Path, output: str | Path,
         "run": first["run"], "parts": entries,
         "base_model": base.to_json(), "settings": asdict(s),
         "pairs": totals, "skipped_ids": skipped, "pairs_sha256": pairs_sha256(pairs),
-        "excluded_questions": excluded_record("shard", s.exclude_shard, left_out),
+        "excluded_questions": (excluded_record("fold", s.exclude_fold, left_out)
+                               if s.exclude_fold
+                               else excluded_record("shard", s.exclude_shard, left_out)),
         "training": history, "wall_seconds": round(wall, 3),
         "packages": _package_versions(), "output_files": files,
         "usage": f"run --rerank --reranker-model {out} --rerank-unit turn "

@@ -302,6 +302,9 @@ def add_train_reranker(sub: Any) -> None:
             ("seed", int, "seed of the head, the data order and the random negatives"),
             ("exclude_shard", str, "I/N: leave out the questions 'run --shard I/N' selects, "
              "so that fold's run scores questions this reranker never saw ('': none)"),
+            ("exclude_fold", str, "I/N: leave out the questions whose fold unit (the id's "
+             "part before ':', a LoCoMo conversation) falls in fold I of N, the rule of "
+             "train-encoder --exclude-fold ('': none; not with --exclude-shard)"),
             ("max_questions", int, "at most this many questions of each part give pairs, in "
              "a fixed order by sha256(seed:question_id) (0: all)"),
             ("unanswerable_negatives", int, "each unanswerable question (LongMemEval _abs) "

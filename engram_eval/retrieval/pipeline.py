@@ -42,6 +42,7 @@ which ``analyze`` and ``tune`` read; :class:`SessionTrace` and :class:`QuestionT
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -96,6 +97,7 @@ class SessionTrace(TypedDict, total=False):
     rerank_rank: int | None
     base_raw_score: float
     rerank_turn: int | None
+    rerank_turns_scored: int
     prior: float
     passage: dict[str, Any]
     raw_score: float
@@ -503,6 +505,8 @@ def turn_scores(st: QuestionState, cands: list[int], score_pairs: ScorePairs
     ``rerank_turn`` (the turn's index in the session) and ``base_raw_score``. A candidate with
     no user text scores the session text instead (``rerank_turn`` null)."""
     q = st.text
+    m = st.settings.rerank_turn_top_m
+    closest = _dense_turn_similarity(st, cands) if m else {}
     pairs: list[tuple[str, str]] = []
     owner: list[tuple[int, int | None]] = []
     for i in cands:
@@ -510,6 +514,13 @@ def turn_scores(st: QuestionState, cands: list[int], score_pairs: ScorePairs
         roles = st.corpus.chat_roles  # the user_turns rule, keeping each turn's index
         turns = [(k, t.content) for k, t in enumerate(s.turns)
                  if (t.role == "user" or not roles) and t.content.strip()]
+        if m and len(turns) > m:
+            sim = closest.get(i, {})
+            keep = sorted(range(len(turns)), key=lambda j: (
+                -sim.get(s.turns[turns[j][0]].index, -math.inf), j))[:m]
+            turns = [turns[j] for j in sorted(keep)]
+        if m:
+            st.traces[i]["rerank_turns_scored"] = len(turns)
         if not turns:
             pairs.append((q, rerank_document(s, st.corpus.chat_roles)))
             owner.append((i, None))
@@ -526,6 +537,22 @@ def turn_scores(st: QuestionState, cands: list[int], score_pairs: ScorePairs
         st.traces[i]["base_raw_score"] = raw[i]
         st.traces[i]["rerank_turn"] = best_turn[i]
     return raw
+
+
+def _dense_turn_similarity(st: QuestionState, cands: list[int]) -> dict[int, dict[int, float]]:
+    """Per candidate session, each turn's (``Turn.index``) cosine to the question: its best
+    dense piece's (``rerank_turn_top_m``'s ranking of a session's turns)."""
+    corpus = st.corpus
+    if st.q_vec is None or corpus.vectors is None or not len(corpus.pieces):
+        return {}
+    wanted = set(cands)
+    sims = corpus.vectors @ st.q_vec
+    out: dict[int, dict[int, float]] = {}
+    for piece, x in zip(corpus.pieces, sims, strict=True):
+        if piece.session_index in wanted:
+            turns = out.setdefault(piece.session_index, {})
+            turns[piece.turn_index] = max(float(x), turns.get(piece.turn_index, -math.inf))
+    return out
 
 
 def rerank_priors(rule: str, fused_ranks: Sequence[int], fused: Sequence[float]

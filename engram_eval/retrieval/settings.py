@@ -42,7 +42,7 @@ SIGNALS: tuple[tuple[str, str, str], ...] = (
 STRUCTURE_GROUPS = ("fusion", "temporal")
 #: Rerank fields that may differ by chat structure too: whether a haystack is reranked, how
 #: many candidates, and the blend (a reranker's card may choose them per structure).
-STRUCTURE_RERANK_FIELDS = ("rerank", "rerank_candidates", "fusion_alpha")
+STRUCTURE_RERANK_FIELDS = ("rerank", "rerank_candidates", "fusion_alpha", "rerank_turn_top_m")
 #: Lexical fields that may differ by chat structure: the analyser, the speaker rule and BM25's
 #: k1/b (which signals are computed stays one choice for every haystack).
 STRUCTURE_LEXICAL_FIELDS = ("lexical_tokenizer", "lexical_stemmer", "lexical_stopwords",
@@ -100,7 +100,7 @@ LEGACY_VALUES: dict[str, Any] = {"people_overrides": {}, "rerank_unit": "passage
                                  "lexical_stemmer": "none", "lexical_stopwords": "none",
                                  "lexical_speaker": "none", "bm25_turn_top_m": 1,
                                  "dense_turn_top_m": 1, "rerank_prior": "rank",
-                                 "embedding_batch_isolated": False}
+                                 "embedding_batch_isolated": False, "rerank_turn_top_m": 0}
 
 
 def recorded_values(meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -330,6 +330,11 @@ class RetrievalSettings:
                           "below (the pipeline's original rule); 'session' = the session text "
                           "only; 'turn' = each user turn with text, the session scoring its "
                           "best turn", group="rerank", choices=("passage", "session", "turn"))
+    rerank_turn_top_m: int = _f(0, "rerank_unit turn: how many of a candidate's turns the "
+                                "cross-encoder scores, the ones the question's dense vector "
+                                "is closest to (a turn by its best piece; ties: the earlier "
+                                "turn); 0 = every turn with text. Needs use_dense when above 0",
+                                group="rerank", lo=0, hi=10000)
     fusion_alpha: float = _f(0.6, "weight of the prior (rerank_prior) in the reranked score",
                              group="rerank", lo=0.0, hi=1.0)
     rerank_prior: str = _f("score", "the prior blended with the cross-encoder's sigmoid: "
@@ -368,6 +373,9 @@ class RetrievalSettings:
             raise ConfigError("config field dense_turn_top_m: above 1 it replaces the best "
                               "turn, so it needs dense_aggregate max (not "
                               f"{self.dense_aggregate!r})")
+        if self.rerank_turn_top_m and not self.use_dense:
+            raise ConfigError("config field rerank_turn_top_m: above 0 it picks the turns the "
+                              "dense signal ranks best, so it needs use_dense")
         if self.use_dense_rocchio and not self.use_dense:
             raise ConfigError("config field use_dense_rocchio: needs use_dense (it re-scores "
                               "the dense pieces); without dense retrieval say "
@@ -653,14 +661,21 @@ def pipeline_line(settings: RetrievalSettings, origins: Mapping[str, str] | None
         src = sorted({v.split(" (")[0] for v in (origins or {}).values()
                       if not v.startswith("explicit")})
         people = people_settings.rerank
+
+        def depth(s: RetrievalSettings) -> str:
+            turns = f" ({s.rerank_turn_top_m} closest turns each)" if s.rerank_turn_top_m else ""
+            return f"top {s.rerank_candidates}{turns}, fusion_alpha {s.fusion_alpha:g}"
+
+        own = (f"; people's chats: {depth(people_settings)}"
+               if people and depth(people_settings) != depth(settings) else "")
         stages.append(
             f"rerank {settings.reranker_model} ({settings.reranker_backend} "
             f"{settings.reranker_precision}, unit {settings.rerank_unit}, "
-            f"{settings.rerank_max_length} tokens, top {settings.rerank_candidates}, "
-            f"fusion_alpha {settings.fusion_alpha:g}, prior {settings.rerank_prior}"
+            f"{settings.rerank_max_length} tokens, {depth(settings)}, "
+            f"prior {settings.rerank_prior}"
             + (f"; settings from {', '.join(src)}" if src else "")
             + ("" if settings.rerank else "; people's chats only")
-            + ("" if people or not settings.rerank else "; people's chats: off") + ")")
+            + ("" if people or not settings.rerank else "; people's chats: off") + own + ")")
         if settings.preserve_prior:
             stages.append(f"coverage (prior leader in top {settings.result_k})")
     else:

@@ -164,3 +164,64 @@ def test_a_reranker_trained_on_other_data_may_score_a_whole_part(
             mod.choose([("other", [whole])], ["recall_any@1"], "answerable")
     finally:
         card_path.write_text(saved)
+
+
+def test_folds_by_conversation(tiny_embedding_model: str, tmp_path: Path) -> None:
+    """LoCoMo folds keep conversations together: a fold's run (its question ids) scored by a
+    people's reranker trained with ``exclude_fold`` of that fold passes; the other fold's
+    reranker, which trained on these conversations, is refused."""
+    from engram_eval.analysis.train_encoder import in_fold
+    from engram_eval.data.datasets import load_questions
+
+    loc_run = tmp_path / "loc.jsonl"
+    assert cli.main(["run", str(LOCOMO), "--retriever", "bm25", "--output", str(loc_run)]) == 0
+    _, qs = load_questions(LOCOMO)
+    models = {i: tmp_path / f"ce{i}" for i in (0, 1)}
+    for i, m in models.items():
+        train(LOCOMO, loc_run, m, TrainSettings(base_model=tiny_embedding_model, max_steps=1,
+                                                batch_size=8, exclude_fold=f"{i}/2"))
+    config = tmp_path / "people_rerank.yaml"
+    config.write_text("people_overrides:\n  rerank: true\n")
+    common = ["--embedding-model", tiny_embedding_model, "--embedding-backend",
+              "sentence_transformers", "--cache-dir", str(tmp_path / "cache"), "--config",
+              str(config), "--rerank-unit", "turn", "--rerank-max-length", "64"]
+
+    def fold_run(i: int, model: Path, name: str) -> Path:
+        ids = [q.question_id for q in qs if in_fold(q.question_id, (i, 2))]
+        out = tmp_path / f"{name}.jsonl"
+        assert cli.main(["run", str(LOCOMO), "--output", str(out), *common,
+                         "--reranker-model", str(model),
+                         *[a for qid in ids for a in ("--question-id", qid)]]) == 0
+        return out
+
+    runs = [fold_run(i, models[i], f"f{i}") for i in (0, 1)]
+    report = mod.choose([("people", runs)], ["recall_any@1"], "locomo").report
+    folds = report["candidates"][0]["folds"]
+    assert [f["fold"] for f in folds] == ["0/2", "1/2"]
+    assert all(f["rerank"] and f["unseen_by"].startswith("the same part with this fold")
+               for f in folds)
+    assert sum(f["n"] for f in folds) == len(qs)  # every question scored, in one fold
+    wrong = fold_run(0, models[1], "f0_wrong")
+    with pytest.raises(ProvenanceError, match="outside fold 1/2"):
+        mod.choose([("bad", [wrong])], ["recall_any@1"], "locomo")
+
+
+def test_a_people_run_and_the_shipped_reranker(tmp_path: Path) -> None:
+    """A LoCoMo run of the defaults reranks nothing (its chats would be, but it has none); the
+    shipped reranker switched on for people's chats is proven unseen by the training card its
+    settings card carries (trained on another dataset's questions)."""
+    plain = tmp_path / "plain.jsonl"
+    common = ["--cache-dir", str(tmp_path / "cache"), "--rerank-max-length", "64"]
+    assert cli.main(["run", str(LOCOMO), "--output", str(plain), *common]) == 0
+    config = tmp_path / "people_rerank.yaml"
+    config.write_text("people_overrides:\n  rerank: true\n")
+    people = tmp_path / "people.jsonl"
+    assert cli.main(["run", str(LOCOMO), "--output", str(people), "--config", str(config),
+                     *common]) == 0
+    assert read_run(plain).metadata["config"]["rerank"]  # on for chats, yet nothing reranked
+    report = mod.choose([("none", [plain]), ("v4", [people])], ["recall_any@1"],
+                        "locomo").report
+    none, v4 = (c["folds"][0] for c in report["candidates"])
+    assert not none["rerank"] and "reranker_card" not in none
+    assert v4["rerank"] and v4["unseen_by"].startswith("other parts only")
+    assert v4["reranker_card"]["file"].endswith("engram-ce-minilm-v4/card.json")

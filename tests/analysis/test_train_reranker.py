@@ -156,6 +156,60 @@ def test_turn_level_scores_and_blend_by_hand(alpha: float, prior_rule: str) -> N
     assert np.all(np.diff([st.final[i] for i in st.order]) <= 0)
 
 
+def test_rerank_turn_top_m_scores_only_the_turns_closest_to_the_question() -> None:
+    """``rerank_turn_top_m`` 1: each candidate is scored by its one turn whose dense vector is
+    closest to the question's (a hand-made encoder: 2-d unit vectors by text), whatever the
+    cross-encoder would have said of its other turns; 0 scores every turn (as before)."""
+    q = hand_question()
+    angle = {"hello there": 1.2, "my puppy is a border collie": 0.1,
+             "the weather today": 0.2, "what breed is a good puppy for flats": 1.0,
+             "cooking pasta": 0.9, "a puppy": 0.3, "breed puppy": 0.6, q.question: 0.0}
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return np.array([[math.cos(angle[t]), math.sin(angle[t])] for t in texts],
+                        dtype=np.float32)
+
+    raw_of = {"hello there": 5.0, "my puppy is a border collie": 3.0,
+              "the weather today": -1.0, "what breed is a good puppy for flats": 1.0,
+              "cooking pasta": -3.0, "a puppy": 0.5, "breed puppy": 2.0,
+              "\n\nonly the assistant speaks": -4.0}  # n4: no user turn, its session text
+    scored: list[str] = []
+
+    def score_pairs(pairs: list[tuple[str, str]]) -> list[float]:
+        scored.extend(text for _, text in pairs)
+        return [raw_of[text] for _, text in pairs]
+
+    def state(m: int) -> P.QuestionState:
+        scored.clear()
+        settings = RetrievalSettings(use_dense_rocchio=False, use_bm25_assistant=False,
+                                     use_bm25_prf=False, use_bm25_turn=False, temporal=False,
+                                     rerank=True, rerank_unit="turn", rerank_candidates=5,
+                                     preserve_prior=False, rerank_turn_top_m=m,
+                                     dense_piece_words=32, dense_piece_overlap=4)
+        corpus = P.build_corpus(q.sessions, settings, encode=encode)
+        return P.run_pipeline("q1", q.question, q.question_date, settings, corpus,
+                              encode=encode, score_pairs=score_pairs)
+
+    ids = [s.session_id for s in q.sessions]
+    one = state(1)
+    # g: "my puppy..." (angle 0.1) is closer than "hello there" (1.2), though the latter
+    # would score 5.0; n1: "the weather today" (0.2); n3: "a puppy" (0.3)
+    expected = {"g": (3.0, 2), "n1": (-1.0, 0), "n2": (-3.0, 0), "n3": (0.5, 0)}
+    for i in one.reranked:
+        if ids[i] in expected:
+            assert (one.traces[i]["base_raw_score"], one.traces[i]["rerank_turn"]) == \
+                expected[ids[i]]
+            assert one.traces[i]["rerank_turns_scored"] == 1
+    assert "hello there" not in scored and "breed puppy" not in scored
+    every = state(0)
+    assert "hello there" in scored and "breed puppy" in scored
+    g = ids.index("g")
+    assert every.traces[g]["base_raw_score"] == 5.0 and every.traces[g]["rerank_turn"] == 0
+    assert "rerank_turns_scored" not in every.traces[g]  # rows of m 0 are as before
+    with pytest.raises(ConfigError, match="rerank_turn_top_m"):
+        RetrievalSettings(use_dense=False, use_dense_rocchio=False, rerank_turn_top_m=2)
+
+
 @pytest.fixture(scope="module")
 def bm25_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("tr-run")
@@ -266,6 +320,33 @@ def test_two_parts_train_one_model_and_the_card_lists_both(bm25_run: Path,
         assert entry["trained_question_ids"] == sorted({p.question_id for p in got})
     with pytest.raises(ConfigError, match="same part is given twice"):
         train(TINY, bm25_run, tmp_path / "twice", s, also=[(TINY, bm25_run)])
+
+
+def test_exclude_fold_leaves_out_whole_conversations(tiny_embedding_model: str,
+                                                     tmp_path: Path) -> None:
+    from engram_eval.analysis.train_encoder import in_fold
+    from engram_eval.data.datasets import load_questions
+
+    loc_run = tmp_path / "loc.jsonl"
+    assert cli.main(["run", str(LOCOMO), "--retriever", "bm25", "--output", str(loc_run)]) == 0
+    _, qs = load_questions(LOCOMO)
+    fold = [q.question_id for q in qs if in_fold(q.question_id, (0, 2))]
+    convs = {qid.split(":", 1)[0] for qid in fold}
+    # a conversation is all in or all out of the fold (the fixture has one on each side)
+    assert convs and all(in_fold(q.question_id, (0, 2)) == (q.question_id.split(":", 1)[0]
+                                                            in convs) for q in qs)
+    assert len(fold) < len(qs)
+    s = TrainSettings(base_model=tiny_embedding_model, max_steps=1, batch_size=8,
+                      exclude_fold="0/2")
+    card = train(LOCOMO, loc_run, tmp_path / "fold", s)
+    assert card["excluded_questions"]["fold"] == "0/2"
+    assert card["excluded_questions"]["count"] == len(fold)
+    trained = card["parts"][0]["trained_question_ids"]
+    assert trained and not {qid.split(":", 1)[0] for qid in trained} & convs
+    with pytest.raises(ConfigError, match="exclude_fold"):
+        TrainSettings(exclude_fold="3/2")
+    with pytest.raises(ConfigError, match="not both"):
+        TrainSettings(exclude_fold="0/2", exclude_shard="0/2")
 
 
 def test_max_questions_caps_each_part_by_a_fixed_order(bm25_run: Path,
