@@ -24,13 +24,21 @@ over its pooled questions of the mean of the objective's metrics (per-question m
 the rows, averaged by ``engram_eval.scoring.summary.summarize_rows``, the runner's own
 summary); the highest wins, ties going to the candidate listed first. The report (JSON, with a
 derived-file sidecar) gives every candidate's pooled means, per fold n, and the choice.
+
+With ``--cluster``, each candidate after the first is also paired with the first (the baseline, e.g. no rerank)
+question by question: the mean difference of the objective and of each of its metrics, with a
+95% percentile interval from a bootstrap that resamples questions (``--cluster question``) or
+whole conversations (``--cluster id-prefix``: the id before ``:``, LoCoMo's folds), the
+resampling of ``engram-eval compare`` (10,000 replicates, seed 0), and the count of questions
+better and worse. A change is adopted where that interval excludes zero; the report says so,
+the choice above stays the highest objective.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,8 +153,56 @@ def fold_check(run: FinishedRun) -> dict[str, Any]:
     return out
 
 
+#: Bootstrap replicates and seed of the paired intervals (those of ``engram-eval compare``).
+PAIRED_BOOTSTRAP = 10_000
+PAIRED_SEED = 0
+
+
+def _per_question(rows: Sequence[dict[str, Any]], protocol: str, objective: Sequence[str]
+                  ) -> dict[str, list[float]]:
+    """question id -> its objective metrics (in ``objective`` order), for the rows in the
+    protocol's denominator."""
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        m = r["metrics"].get(protocol)
+        if m is not None and all(k in m for k in objective):
+            out[r["question_id"]] = [float(m[k]) for k in objective]
+    return out
+
+
+def paired(base: Mapping[str, Sequence[float]], cand: Mapping[str, Sequence[float]],
+           objective: Sequence[str], cluster: str) -> dict[str, Any]:
+    """Candidate minus baseline over their common questions: the mean difference of the
+    objective (the mean of its metrics) and of each metric, each with its 95% interval
+    (clusters resampled as ``engram-eval compare`` does), and questions better / worse on
+    the objective."""
+    import numpy as np
+
+    from engram_eval.analysis.compare import (
+        cluster_bootstrap_deltas,
+        cluster_of,
+        cluster_sums,
+        percentile_interval,
+    )
+
+    ids = [q for q in base if q in cand]
+    d = np.array([cand[q] for q in ids]) - np.array([base[q] for q in ids])
+    d = np.column_stack([d.mean(axis=1), d])  # the objective first, then its metrics
+    labels = [cluster_of(q) if cluster == "id-prefix" else q for q in ids]
+    _, sums, sizes = cluster_sums(d, labels)
+    lo, hi = percentile_interval(cluster_bootstrap_deltas(sums, sizes, PAIRED_BOOTSTRAP,
+                                                          PAIRED_SEED), 0.05)
+    names = ["objective", *objective]
+    interval = {k: [float(lo[j]), float(hi[j])] for j, k in enumerate(names)}
+    return {"n": len(ids), "cluster": cluster, "clusters": int(len(sizes)),
+            "difference": {k: float(d[:, j].mean()) for j, k in enumerate(names)},
+            "interval_95": interval,
+            "better": int((d[:, 0] > 0).sum()), "worse": int((d[:, 0] < 0).sum()),
+            "interval_excludes_zero": bool(lo[0] > 0 or hi[0] < 0)}
+
+
 def choose(candidates: Sequence[tuple[str, Sequence[Path]]], objective: Sequence[str],
-           protocol: str) -> Choice:
+           protocol: str, cluster: str | None = None) -> Choice:
     """The report of the module docstring: every candidate's folds pooled and scored, the
     highest objective chosen (ties: the first listed). ProvenanceError when a fold may have
     been seen by its reranker, folds overlap, runs are on other data, or candidates cover
@@ -157,6 +213,14 @@ def choose(candidates: Sequence[tuple[str, Sequence[Path]]], objective: Sequence
                                                     "of these metrics; highest wins, ties to "
                                                     "the first listed"},
                               "candidates": []}
+    if cluster:  # (reports made before the pairing have none, and stay as they were)
+        report["paired"] = {"against": candidates[0][0] if candidates else None,
+                            "cluster": cluster, "bootstrap": PAIRED_BOOTSTRAP,
+                            "seed": PAIRED_SEED,
+                            "rule": "a candidate is adopted over the first only where the 95% "
+                                    "interval of its paired objective difference excludes "
+                                    "zero"}
+    per_question: dict[str, dict[str, list[float]]] = {}
     question_sets: dict[str, frozenset[str]] = {}
     runs: list[FinishedRun] = []
     dataset = None
@@ -179,6 +243,7 @@ def choose(candidates: Sequence[tuple[str, Sequence[Path]]], objective: Sequence
             seen |= ids
             rows.extend(run.rows)
         question_sets[name] = frozenset(seen)
+        per_question[name] = _per_question(rows, protocol, objective)
         summ = summarize_rows(rows, [protocol])["protocols"][protocol]
         means = summ["metrics"]
         missing = [m for m in objective if m not in means]
@@ -195,6 +260,10 @@ def choose(candidates: Sequence[tuple[str, Sequence[Path]]], objective: Sequence
             raise ProvenanceError(f"candidate {name} covers other questions than "
                                   f"{candidates[0][0]}; candidates must be compared on the same "
                                   "questions")
+    first_name = candidates[0][0]
+    for c in report["candidates"][1:] if cluster else []:
+        c["paired"] = paired(per_question[first_name], per_question[c["name"]], objective,
+                             str(cluster))
     best = max(report["candidates"], key=lambda c: c["objective"])  # first of equals
     report["chosen"] = best["name"]
     report["dataset"] = dataset
@@ -214,6 +283,13 @@ def format_choice(report: dict[str, Any], objective: str) -> str:
     for c in report["candidates"]:
         ms = "  ".join(f"{k}={v:.4f}" for k, v in c["metrics"].items())
         lines.append(f"{c['name']:>10}  n={c['n']}  objective={c['objective']:.4f}  {ms}")
+        if "paired" in c:
+            p = c["paired"]
+            lo, hi = p["interval_95"]["objective"]
+            lines.append(f"{'':>10}  vs {report['paired']['against']}: "
+                         f"{p['difference']['objective']:+.4f} [{lo:+.4f}, {hi:+.4f}] "
+                         f"({p['better']} better, {p['worse']} worse; {p['clusters']} "
+                         f"clusters)")
     lines.append(f"chosen: {report['chosen']} (protocol {report['protocol']}, objective mean "
                  f"of {objective})")
     return "\n".join(lines)
@@ -226,6 +302,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--objective", default=DEFAULT_OBJECTIVE,
                     help="comma-separated metrics averaged into the objective")
     ap.add_argument("--protocol", default="answerable", help="denominator (protocol)")
+    ap.add_argument("--cluster", choices=("question", "id-prefix"), default=None,
+                    help="pair every candidate with the first, resampling questions or the id "
+                         "before ':' (a LoCoMo conversation) for the intervals (default: no "
+                         "pairing)")
     ap.add_argument("--output", required=True, type=output_file,
                     help="report JSON (never overwritten)")
     a = ap.parse_args(argv)
@@ -239,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ap.error(f"--candidate {c[0]}: give at least one run")
         cands.append((c[0], [Path(x) for x in c[1:]]))
     try:
-        choice = choose(cands, a.objective.split(","), a.protocol)
+        choice = choose(cands, a.objective.split(","), a.protocol, a.cluster)
     except (EngramEvalError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -339,7 +339,7 @@ def _make(root: Path, scratch: Path, entries: Sequence[Mapping[str, Any]],
             if d.get("sha256"):
                 datafile[e["id"]] = find_data(str(d["sha256"]), str(d.get("name")),
                                               data).resolve()
-        _finish(root, scratch, e, env, rerun, echo, datafile.get(e["id"]))
+        _finish(root, scratch, e, env, rerun, echo, datafile.get(e["id"]), data)
     made = sorted(p.relative_to(scratch).as_posix() for p in scratch.rglob("*")
                   if p.is_file() and not p.is_symlink())
     allowed = {f for e in entries for f in outputs(e)}
@@ -351,9 +351,26 @@ def _make(root: Path, scratch: Path, entries: Sequence[Mapping[str, Any]],
     return made
 
 
+def _overlay_args(sidecar: Path, data: Iterable[str | Path]) -> list[str]:
+    """``--gold-overlay FILE`` for ``verify`` when the run recorded a gold overlay
+    (``selection.gold_overlay``, by name and sha256; the file found under the --data paths as
+    a data part is), else nothing."""
+    try:
+        meta = json.loads(sidecar.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []  # verify itself names an unreadable sidecar
+    overlay = (meta.get("selection") or {}).get("gold_overlay") if isinstance(meta, dict) else None
+    if not isinstance(overlay, dict) or not overlay.get("sha256"):
+        return []
+    found = find_data(str(overlay["sha256"]), str(overlay.get("name")), data)
+    return ["--gold-overlay", str(found.resolve())]
+
+
 def _finish(root: Path, scratch: Path, e: Mapping[str, Any], env: Mapping[str, str],
-            rerun: int, echo: Callable[[str], None], datafile: Path | None) -> None:
-    """Verify and compress a run; a sidecar for a derived file without one."""
+            rerun: int, echo: Callable[[str], None], datafile: Path | None,
+            data: Iterable[str | Path] = ()) -> None:
+    """Verify (with the run's gold overlay, when it recorded one) and compress a run; a
+    sidecar for a derived file without one."""
     path = str(e["path"])
     if not (scratch / path).is_file() and not (scratch / path.removesuffix(".gz")).is_file():
         raise ProvenanceError(f"{e['id']}: the recipe did not write {path}; nothing was "
@@ -364,8 +381,9 @@ def _finish(root: Path, scratch: Path, e: Mapping[str, Any], env: Mapping[str, s
             raise ConfigError(f"{e['id']}: a run names its data (inputs.data, by sha256): "
                               "verify re-ranks it")
         if (scratch / plain).is_file():
+            overlay = _overlay_args(scratch / (plain + ".metadata.json"), data)
             _exec(["engram-eval", "verify", plain, "--dataset", str(datafile), "--rerun",
-                   str(rerun), "--rerun-seed", "0"], root, scratch, env, echo,
+                   str(rerun), "--rerun-seed", "0", *overlay], root, scratch, env, echo,
                   f"{e['id']}: verify")
             if path.endswith(".gz"):
                 _exec(["engram-eval", "compress", plain], root, scratch, env, echo,

@@ -225,3 +225,36 @@ def test_a_people_run_and_the_shipped_reranker(tmp_path: Path) -> None:
     assert not none["rerank"] and "reranker_card" not in none
     assert v4["rerank"] and v4["unseen_by"].startswith("other parts only")
     assert v4["reranker_card"]["file"].endswith("engram-ce-minilm-v4/card.json")
+
+
+def test_paired_difference_against_the_first_candidate(folds: dict[str, Any]) -> None:
+    """With a cluster rule every later candidate is paired with the first: the mean of the
+    per-question objective differences, its metrics', an interval around it, and the counts;
+    without one the report has no pairing (reports made before it stay as they were)."""
+    import numpy as np
+
+    cands = [(n, folds["runs"][n]) for n in ("none", "a0.5")]
+    objective = ["recall_any@1", "recall_all@5"]
+    plain = mod.choose(cands, objective, "answerable").report
+    assert "paired" not in plain and all("paired" not in c for c in plain["candidates"])
+    report = mod.choose(cands, objective, "answerable", cluster="question").report
+    assert report["paired"]["against"] == "none" and "paired" not in report["candidates"][0]
+
+    def per_q(name: str) -> dict[str, list[float]]:
+        rows = [r for p in folds["runs"][name] for r in read_run(p).rows]
+        return {r["question_id"]: [r["metrics"]["answerable"][m] for m in objective]
+                for r in rows if r["metrics"].get("answerable") is not None}
+
+    a, b = per_q("none"), per_q("a0.5")
+    d = {q: (np.mean(b[q]) - np.mean(a[q]), [y - x for x, y in zip(a[q], b[q], strict=True)])
+         for q in a}
+    got = report["candidates"][1]["paired"]
+    assert got["n"] == len(d) and got["clusters"] == len(d)
+    assert got["difference"]["objective"] == pytest.approx(np.mean([v[0] for v in d.values()]))
+    for j, m in enumerate(objective):
+        assert got["difference"][m] == pytest.approx(np.mean([v[1][j] for v in d.values()]))
+    lo, hi = got["interval_95"]["objective"]
+    assert lo <= got["difference"]["objective"] <= hi
+    assert got["better"] == sum(v[0] > 0 for v in d.values())
+    assert got["worse"] == sum(v[0] < 0 for v in d.values())
+    assert got["interval_excludes_zero"] == (lo > 0 or hi < 0)

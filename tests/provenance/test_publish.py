@@ -149,6 +149,25 @@ def test_a_failed_verify_leaves_results_untouched(tmp_path: Path) -> None:
     assert not list((repo / ".publish").iterdir())
 
 
+def test_a_run_on_a_gold_overlay_is_verified_with_it(tmp_path: Path) -> None:
+    """A LoCoMo run made with ``--gold-overlay`` records the overlay by name and sha256;
+    publish finds that file under the --data paths and gives it to ``verify``, which re-derives
+    the audited figures with it (without it the run does not verify)."""
+    locomo = ROOT / "fixtures" / "locomo_tiny.json"
+    audit = ROOT / "fixtures" / "locomo_tiny_audit.json"
+    data = tmp_path / "data"
+    data.mkdir()
+    for f in (locomo, audit):
+        shutil.copy(f, data / f.name)
+    run = _run("audited", locomo, "--gold-overlay", str(audit))
+    repo = _checkout(tmp_path, [run])
+    lines: list[str] = []
+    publish(repo, ["demo/audited"], data=[data], echo=lines.append)
+    assert (repo / "results" / "demo" / "audited.jsonl.gz").is_file()
+    side = json.loads((repo / "results" / "demo" / "audited.jsonl.gz.metadata.json").read_text())
+    assert side["selection"]["gold_overlay"]["sha256"] == sha256_file(audit)
+
+
 def test_a_held_out_part_goes_through_the_freeze(tmp_path: Path) -> None:
     """A run planned as a held-out measurement on the held-out part of a split: its manifest
     frozen first (validate-only), the run made once under it, both published; the sidecar and
