@@ -25,13 +25,13 @@ the rows, averaged by ``engram_eval.scoring.summary.summarize_rows``, the runner
 summary); the highest wins, ties going to the candidate listed first. The report (JSON, with a
 derived-file sidecar) gives every candidate's pooled means, per fold n, and the choice.
 
-With ``--cluster``, each candidate after the first is also paired with the first (the baseline, e.g. no rerank)
-question by question: the mean difference of the objective and of each of its metrics, with a
+With ``--cluster``, each candidate after the first is also paired with the first (the
+baseline, e.g. no rerank) question by question: the mean difference of the objective and of each of its metrics, with a
 95% percentile interval from a bootstrap that resamples questions (``--cluster question``) or
 whole conversations (``--cluster id-prefix``: the id before ``:``, LoCoMo's folds), the
 resampling of ``engram-eval compare`` (10,000 replicates, seed 0), and the count of questions
-better and worse. A change is adopted where that interval excludes zero; the report says so,
-the choice above stays the highest objective.
+better and worse; ``adopted`` names the chosen candidate where its interval lies above zero,
+else the first (the choice above stays the highest objective).
 """
 
 from __future__ import annotations
@@ -266,6 +266,9 @@ def choose(candidates: Sequence[tuple[str, Sequence[Path]]], objective: Sequence
                              str(cluster))
     best = max(report["candidates"], key=lambda c: c["objective"])  # first of equals
     report["chosen"] = best["name"]
+    if cluster:  # the rule of report["paired"]: the chosen only where it is clear of zero
+        clear = best["name"] == first_name or (best["paired"]["interval_95"]["objective"][0] > 0)
+        report["adopted"] = best["name"] if clear else first_name
     report["dataset"] = dataset
     return Choice(report, runs)
 
@@ -292,6 +295,9 @@ def format_choice(report: dict[str, Any], objective: str) -> str:
                          f"clusters)")
     lines.append(f"chosen: {report['chosen']} (protocol {report['protocol']}, objective mean "
                  f"of {objective})")
+    if "adopted" in report:
+        lines.append(f"adopted: {report['adopted']} (over {report['paired']['against']} only "
+                     "where the paired interval excludes zero)")
     return "\n".join(lines)
 
 

@@ -258,3 +258,6 @@ def test_paired_difference_against_the_first_candidate(folds: dict[str, Any]) ->
     assert got["better"] == sum(v[0] > 0 for v in d.values())
     assert got["worse"] == sum(v[0] < 0 for v in d.values())
     assert got["interval_excludes_zero"] == (lo > 0 or hi < 0)
+    chosen = report["chosen"]
+    clear = chosen == "none" or report["candidates"][1]["paired"]["interval_95"]["objective"][0] > 0
+    assert report["adopted"] == (chosen if clear else "none") and "adopted" not in plain
