@@ -117,7 +117,7 @@ def fold_check(run: FinishedRun) -> dict[str, Any]:
         parts = card.get("parts") or [card["part"]]
         unit_fold = card["settings"].get("exclude_fold") or ""
         if any(p["sha256"] == run.dataset_sha256 for p in parts) and unit_fold:
-            from engram_eval.analysis.train_encoder import in_fold, parse_fold
+            from engram_eval.analysis.folds import in_fold, parse_fold
 
             fold = parse_fold(unit_fold)
             outside = [r["question_id"] for r in run.rows if not in_fold(r["question_id"], fold)]

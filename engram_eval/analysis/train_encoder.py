@@ -52,6 +52,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from engram_eval.analysis.folds import fold_unit as fold_unit  # re-exported
+from engram_eval.analysis.folds import in_fold as in_fold
+from engram_eval.analysis.folds import parse_fold as parse_fold
 from engram_eval.analysis.train_reranker import (
     _capped,
     _most_question_like,
@@ -111,29 +114,6 @@ class EncoderTrainSettings:
             if not ok:
                 raise ConfigError(f"train-encoder: {name}={getattr(self, name)!r} is out of "
                                   "range")
-
-
-def parse_fold(spec: str) -> tuple[int, int]:
-    """``"I/N"`` -> (I, N) with 0 <= I < N and N >= 2; one clear error otherwise."""
-    try:
-        i, n = (int(x) for x in spec.split("/"))
-    except ValueError:
-        raise ConfigError(f"train-encoder: exclude_fold={spec!r}: expected I/N, e.g. 0/2"
-                          ) from None
-    if not (n >= 2 and 0 <= i < n):
-        raise ConfigError(f"train-encoder: exclude_fold={spec!r}: need N >= 2 and 0 <= I < N")
-    return i, n
-
-
-def fold_unit(question_id: str) -> str:
-    """The unit a fold keeps together: the id's part before ``:`` (a LoCoMo conversation)."""
-    return question_id.split(":", 1)[0]
-
-
-def in_fold(question_id: str, fold: tuple[int, int]) -> bool:
-    from engram_eval.runs.shard import shard_of
-
-    return shard_of(fold_unit(question_id), fold[1]) == fold[0]
 
 
 @dataclass(frozen=True)

@@ -107,12 +107,9 @@ class TrainSettings:
                 raise ConfigError(f"train-reranker: exclude_shard={self.exclude_shard!r}: "
                                   f"{e}") from None
         if self.exclude_fold:
-            from engram_eval.analysis.train_encoder import parse_fold
+            from engram_eval.analysis.folds import parse_fold
 
-            try:
-                parse_fold(self.exclude_fold)
-            except ConfigError as e:
-                raise ConfigError(str(e).replace("train-encoder", "train-reranker")) from None
+            parse_fold(self.exclude_fold, "train-reranker")
             if self.exclude_shard:
                 raise ConfigError("train-reranker: give exclude_shard or exclude_fold, not both")
         checks = [("max_length", 16 <= self.max_length <= 8192),
@@ -332,9 +329,9 @@ def _part_pairs(part_p: Path, run: str | Path, s: TrainSettings
         assert fold is not None
         leave_out = lambda qid: shard_of(qid, fold[1]) == fold[0]  # noqa: E731
     elif s.exclude_fold:
-        from engram_eval.analysis.train_encoder import in_fold, parse_fold
+        from engram_eval.analysis.folds import in_fold, parse_fold
 
-        unit_fold = parse_fold(s.exclude_fold)
+        unit_fold = parse_fold(s.exclude_fold, "train-reranker")
         leave_out = lambda qid: in_fold(qid, unit_fold)  # noqa: E731
     tp = training_part(part_p, run, "a reranker is trained on a tuning part only", leave_out)
     questions = _capped(tp.questions, s)
