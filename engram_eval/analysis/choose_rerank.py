@@ -16,9 +16,10 @@ run must use a reranker whose card (``MODEL.card.json``, written by ``train-rera
 was trained on the same part with exactly that shard left out (``--exclude-shard I/K``), so
 every question is scored by a model that never saw it. Folds by conversation (LoCoMo) are
 runs of one fold's questions (``question_ids`` in the run's config) scored by a reranker
-trained with ``--exclude-fold I/K``: every question of the run must fall in fold I. A reranker trained on other parts only
-(say, another dataset's tune part) may score a whole part or any shard of it, when its card's
-``trained_question_ids`` share no id with the run. The folds of one candidate must be
+trained with ``--exclude-fold I/K``: every question of the run must fall in fold I. A
+reranker trained on other parts only (say, another dataset's tune part; a shipped model by the
+training card its settings card carries) may score a whole part or any shard of it, when its
+card's ``trained_question_ids`` share no id with the run. The folds of one candidate must be
 disjoint, and every candidate must cover the same questions. A candidate's score is the mean
 over its pooled questions of the mean of the objective's metrics (per-question metrics from
 the rows, averaged by ``engram_eval.scoring.summary.summarize_rows``, the runner's own
@@ -26,10 +27,10 @@ summary); the highest wins, ties going to the candidate listed first. The report
 derived-file sidecar) gives every candidate's pooled means, per fold n, and the choice.
 
 With ``--cluster``, each candidate after the first is also paired with the first (the
-baseline, e.g. no rerank) question by question: the mean difference of the objective and of each of its metrics, with a
-95% percentile interval from a bootstrap that resamples questions (``--cluster question``) or
-whole conversations (``--cluster id-prefix``: the id before ``:``, LoCoMo's folds), the
-resampling of ``engram-eval compare`` (10,000 replicates, seed 0), and the count of questions
+baseline, e.g. no rerank) question by question: the mean difference of the objective and of
+each of its metrics, with a 95% percentile interval from a bootstrap that resamples
+questions (``--cluster question``) or whole conversations (``--cluster id-prefix``: the id
+before ``:``, LoCoMo's folds), the resampling of ``engram-eval compare`` (10,000 replicates, seed 0), and the count of questions
 better and worse; ``adopted`` names the chosen candidate where its interval lies above zero,
 else the first (the choice above stays the highest objective).
 """
@@ -116,7 +117,8 @@ def fold_check(run: FinishedRun) -> dict[str, Any]:
         card, card_path = _training_card(cfg["reranker_model"], run)
         parts = card.get("parts") or [card["part"]]
         unit_fold = card["settings"].get("exclude_fold") or ""
-        if any(p["sha256"] == run.dataset_sha256 for p in parts) and unit_fold:
+        same_part = any(p["sha256"] == run.dataset_sha256 for p in parts)
+        if same_part and unit_fold:
             from engram_eval.analysis.folds import in_fold, parse_fold
 
             fold = parse_fold(unit_fold)
@@ -128,7 +130,7 @@ def fold_check(run: FinishedRun) -> dict[str, Any]:
                     "have seen them")
             out["fold"] = unit_fold
             out["unseen_by"] = "the same part with this fold's conversations left out"
-        elif any(p["sha256"] == run.dataset_sha256 for p in parts):
+        elif same_part:
             if not shard:
                 raise ProvenanceError(f"{run.path}: not a fold run (no --shard in its config) "
                                       "but its reranker was trained on this part")

@@ -351,15 +351,17 @@ def _make(root: Path, scratch: Path, entries: Sequence[Mapping[str, Any]],
     return made
 
 
-def _overlay_args(sidecar: Path, data: Iterable[str | Path]) -> list[str]:
+def _overlay_args(run: Path, data: Iterable[str | Path]) -> list[str]:
     """``--gold-overlay FILE`` for ``verify`` when the run recorded a gold overlay
     (``selection.gold_overlay``, by name and sha256; the file found under the --data paths as
     a data part is), else nothing."""
+    from engram_eval.provenance.records import read_meta
+
     try:
-        meta = json.loads(sidecar.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []  # verify itself names an unreadable sidecar
-    overlay = (meta.get("selection") or {}).get("gold_overlay") if isinstance(meta, dict) else None
+        meta = read_meta(run)
+    except ProvenanceError:
+        return []  # verify itself names a missing or unreadable sidecar
+    overlay = (meta.get("selection") or {}).get("gold_overlay")
     if not isinstance(overlay, dict) or not overlay.get("sha256"):
         return []
     found = find_data(str(overlay["sha256"]), str(overlay.get("name")), data)
@@ -381,7 +383,7 @@ def _finish(root: Path, scratch: Path, e: Mapping[str, Any], env: Mapping[str, s
             raise ConfigError(f"{e['id']}: a run names its data (inputs.data, by sha256): "
                               "verify re-ranks it")
         if (scratch / plain).is_file():
-            overlay = _overlay_args(scratch / (plain + ".metadata.json"), data)
+            overlay = _overlay_args(scratch / plain, data)
             _exec(["engram-eval", "verify", plain, "--dataset", str(datafile), "--rerun",
                    str(rerun), "--rerun-seed", "0", *overlay], root, scratch, env, echo,
                   f"{e['id']}: verify")
